@@ -1,0 +1,1 @@
+"""Differ, executor and controller that turn render's output into cluster state."""

@@ -1,0 +1,1 @@
+"""Pure rendering of an MPIJob into its child objects and status. See docs/architecture.md."""

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# kwok) from Go modules into a per-machine cache keyed by version. Idempotent: with a finished build it
+# only prints the bin dir.
+#
+# Usage: deploy/local/build.sh                 build if needed, print the bin dir
+#        deploy/local/build.sh --print-bin-dir  print the bin dir (no build; exit 1 if not built)
+#        deploy/local/build.sh --print-k8s-src  print the k8s.io/kubernetes module dir (downloads it if needed)
+# Env:   MPIJOB_K8S_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
+#        MPIJOB_K8S_BIN_DIR bin dir override (default <cache root>/<versions>/bin)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+
+CACHE_ROOT=${MPIJOB_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s}
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
+BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
+STAMP=.build-complete
+BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
+
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+
+log() { echo "build.sh: $*" >&2; }
+
+k8s_src() {
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+case "${1:-}" in
+  --print-k8s-src) k8s_src; exit 0 ;;
+  --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
+  "") ;;
+  *) echo "usage: $0 [--print-bin-dir|--print-k8s-src]" >&2; exit 2 ;;
+esac
+
+if [ -f "$BIN_DIR/$STAMP" ]; then
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "go not found (need Go >= 1.25 and the Go module proxy)"; exit 1; }
+mkdir -p "$(dirname "$BIN_DIR")"
+# Everything goes to a temp dir next to BIN_DIR and is renamed in one step at the end, so an interrupted
+# build never leaves a directory that looks finished.
+STAGE=$(mktemp -d "$(dirname "$BIN_DIR")/.bin.partial.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpijob-k8s-build.XXXXXX")
+trap 'rm -rf "$WORK" "$STAGE"' EXIT
+START=$(date +%s)
+
+build_etcd() {
+  local ver=$1 mod="$WORK/etcd-$1"
+  mkdir -p "$mod" && cd "$mod"
+  go mod init local/etcdbin >/dev/null 2>&1
+  go get "go.etcd.io/etcd/server/v3@$ver" || return 1
+  go build -trimpath -ldflags "-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
+}
+
+log "etcd $ETCD_VERSION"
+if ! build_etcd "$ETCD_VERSION"; then
+  log "etcd $ETCD_VERSION failed, trying $ETCD_VERSION_FALLBACK"
+  build_etcd "$ETCD_VERSION_FALLBACK"
+fi
+
+log "kwok $KWOK_VERSION"
+GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+
+log "kubernetes $K8S_VERSION"
+mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+go mod init local/k8sbins >/dev/null 2>&1
+GOMOD=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+# Same language version and GODEBUG defaults as upstream's own go.mod.
+go mod edit -go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$GOMOD")"
+for gd in $(sed -n 's/^godebug \(.*=.*\)$/\1/p' "$GOMOD"); do go mod edit -godebug="$gd"; done
+# k8s.io/kubernetes requires its staging modules at v0.0.0 with replace lines that consumers ignore;
+# pin each to the matching published v0.<minor>.<patch>.
+STAGING="v0.${K8S_VERSION#v1.}"
+for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
+  go mod edit -replace="$m=$m@$STAGING"
+done
+CMDS="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+go get $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
+MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
+BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+LDF="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  LDF="$LDF -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$MINOR"
+  LDF="$LDF -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
+done
+go build -trimpath -tags=selinux,notest -ldflags "$LDF" -o "$STAGE/" \
+  $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c"; done)
+
+for b in $BINARIES; do [ -x "$STAGE/$b" ] || { log "missing $b"; exit 1; }; done
+{
+  "$STAGE/etcd" --version | head -1
+  "$STAGE/kube-apiserver" --version
+  "$STAGE/kwok" --version 2>&1 | head -1 || true
+  echo "k8s-src: $(k8s_src)"
+} >"$STAGE/versions.txt"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
+rm -rf "$BIN_DIR"
+mv "$STAGE" "$BIN_DIR"
+log "built in $(($(date +%s) - START))s"
+echo "$BIN_DIR"

@@ -1,0 +1,332 @@
+"""List+watch informers over plain dicts, with indexers (client-go's reflector, store and indexer).
+
+* list (paged) then watch from the list's resourceVersion, with bookmarks; a 410 Gone (on the request or as
+  an ERROR event) relists; other errors back off exponentially (0.8 s → 30 s, jittered) and resume;
+* 401/403 call ``on_fatal`` (the process exits, as upstream #619: a controller that cannot see is useless);
+* objects are the raw JSON dicts; ``metadata.managedFields`` is dropped on entry: nothing here reads it and
+  it is often the biggest part of an object (memory target: 150 MiB for 200 jobs x 4 workers);
+* handlers get (event, old, new); updates whose resourceVersion did not change are not delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from reconcile.kube import ApiError, Kube, Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj | None, Obj | None], None]
+IndexFunc = Callable[[Obj], Iterable[str]]
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def namespace_index(obj: Obj) -> list[str]:
+    return [(obj.get("metadata") or {}).get("namespace", "")]
+
+
+def controller_uid_index(obj: Obj) -> list[str]:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return [ref.get("uid", "")]
+    return []
+
+
+def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+class Store:
+    """A thread-safe map key -> object with secondary indexes."""
+
+    def __init__(self, indexers: Mapping[str, IndexFunc] | None = None) -> None:
+        self._items: dict[str, Obj] = {}
+        self._indexers = dict(indexers or {})
+        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self._lock = threading.RLock()
+
+    def get(self, key: str) -> Obj | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def list(self) -> list[Obj]:
+        with self._lock:
+            return list(self._items.values())
+
+    def key_list(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        with self._lock:
+            return [self._items[k] for k in sorted(self._indices[index].get(value, ()))]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def upsert(self, obj: Obj) -> Obj | None:
+        key = key_of(obj)
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None:
+                self._unindex(key, old)
+            self._items[key] = obj
+            self._index(key, obj)
+            return old
+
+    def delete(self, key: str) -> Obj | None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._unindex(key, old)
+            return old
+
+    def _index(self, key: str, obj: Obj) -> None:
+        for name, fn in self._indexers.items():
+            for value in fn(obj):
+                self._indices[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        for name, fn in self._indexers.items():
+            for value in fn(obj):
+                keys = self._indices[name].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._indices[name][value]
+
+
+def _slim(obj: Obj, res: Resource) -> Obj:
+    obj.setdefault("apiVersion", res.api_version)
+    obj.setdefault("kind", res.kind)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class _Gone(Exception):
+    pass
+
+
+class Informer:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        page_size: int = 500,
+        watch_timeout: tuple[int, int] = (300, 600),
+        backoff: tuple[float, float] = (0.8, 30.0),
+    ) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.namespace = namespace or None
+        self.label_selector = label_selector
+        self.store = Store(
+            {"namespace": namespace_index, "controller": controller_uid_index, **(indexers or {})}
+        )
+        self._handlers: list[Handler] = []
+        self._on_fatal = on_fatal
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._backoff = backoff
+        self._synced = threading.Event()
+        self._rv = ""
+        self._stream: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.resource.plural}.{self.resource.group or 'core'}"
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.shutdown()
+            except Exception:
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if not self._rv:
+                    self._list()
+                failures = 0
+                self._watch()
+            except _Gone:
+                log.info("watch expired, relisting", extra={"informer": self.name})
+                self._rv = ""
+                continue
+            except ApiError as err:
+                if err.status in (401, 403):
+                    msg = f"{self.name}: {err}"
+                    log.critical(
+                        "not allowed to list/watch", extra={"informer": self.name, "error": str(err)}
+                    )
+                    if self._on_fatal is not None:
+                        self._on_fatal(msg)
+                    return
+                if err.status == 410:
+                    self._rv = ""
+                    continue
+                failures += 1
+                log.warning("list/watch failed", extra={"informer": self.name, "error": str(err)})
+            except Exception as err:
+                if self._stop.is_set():
+                    return
+                failures += 1
+                log.warning("list/watch failed", extra={"informer": self.name, "error": repr(err)})
+            if failures:
+                base, cap = self._backoff
+                delay = min(cap, base * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
+                self._stop.wait(delay)
+
+    # -- list and watch -----------------------------------------------------------------------------
+    def _query(self) -> dict[str, Any]:
+        return {"labelSelector": self.label_selector} if self.label_selector else {}
+
+    def _list(self) -> None:
+        items: list[Obj] = []
+        cont = ""
+        while True:
+            page = self.kube.list(
+                self.resource, self.namespace, limit=self._page_size, **{"continue": cont}, **self._query()
+            )
+            items.extend(_slim(item, self.resource) for item in page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                rv = meta.get("resourceVersion", "")
+                break
+        self._replace(items)
+        self._rv = rv
+        self._synced.set()
+
+    def _replace(self, items: list[Obj]) -> None:
+        fresh = {key_of(obj) for obj in items}
+        for key in self.store.key_list():
+            if key not in fresh:
+                old = self.store.delete(key)
+                self._dispatch(DELETED, old, None)
+        for obj in items:
+            old = self.store.upsert(obj)
+            self._deliver(old, obj)
+
+    def _deliver(self, old: Obj | None, new: Obj) -> None:
+        if old is None:
+            self._dispatch(ADDED, None, new)
+        elif (old.get("metadata") or {}).get("resourceVersion") != (new.get("metadata") or {}).get(
+            "resourceVersion"
+        ):
+            self._dispatch(MODIFIED, old, new)
+
+    def _watch(self) -> None:
+        low, high = self._watch_timeout
+        timeout = random.randint(low, high)
+        query = {
+            "watch": "true",
+            "resourceVersion": self._rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout,
+            **self._query(),
+        }
+        try:
+            lines = self.kube.stream_lines(
+                self.resource.path(self.namespace),
+                query,
+                timeout=(10, timeout + 30),
+                on_open=self._opened,
+            )
+            for line in lines:
+                if self._stop.is_set():
+                    return
+                self._handle(json.loads(line))
+        finally:
+            self._stream = None
+
+    def _opened(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        etype = event.get("type")
+        obj = event.get("object") or {}
+        if etype == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone
+            raise ApiError(int(obj.get("code") or 500), str(obj.get("reason") or ""), json.dumps(obj))
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if etype == "BOOKMARK":
+            if rv:
+                self._rv = rv
+            return
+        obj = _slim(dict(obj), self.resource)
+        if etype in (ADDED, MODIFIED):
+            old = self.store.upsert(obj)
+            self._deliver(old, obj)
+        elif etype == DELETED:
+            old = self.store.delete(key_of(obj))
+            self._dispatch(DELETED, old or obj, None)
+        if rv:
+            self._rv = rv
+
+    def _dispatch(self, event: str, old: Obj | None, new: Obj | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event, old, new)
+            except Exception:
+                log.exception("informer handler failed", extra={"informer": self.name})
+
+    # -- read your writes ---------------------------------------------------------------------------
+    def observe(self, obj: Obj) -> None:
+        """Put an object we just wrote into the cache, unless the cache already holds a newer one."""
+        obj = _slim(obj, self.resource)
+        current = self.store.get(key_of(obj))
+        if current is not None:
+            try:
+                if int(current["metadata"]["resourceVersion"]) >= int(obj["metadata"]["resourceVersion"]):
+                    return
+            except (KeyError, ValueError, TypeError):
+                return
+        self.store.upsert(obj)

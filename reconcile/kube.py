@@ -1,0 +1,325 @@
+"""The operator's one door to the API server: JSON dicts in and out, throttled and counted.
+
+Objects stay plain dicts (``_preload_content=False`` style: raw bytes and ``json.loads``), never the
+client's typed models, which cost several times the memory and drop unknown fields.
+
+``Kube`` also wraps the ``ApiClient``'s REST layer, so every request made through that client (ours, the
+executor's typed calls, anything else) waits on one token bucket (``--kube-api-qps``/``--kube-api-burst``)
+and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from reconcile.ratelimit import TokenBucket
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@attrs.frozen
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+MPIJOB = Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs")
+POD = Resource("v1", "Pod", "pods")
+SERVICE = Resource("v1", "Service", "services")
+CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
+SECRET = Resource("v1", "Secret", "secrets")
+EVENT = Resource("v1", "Event", "events")
+JOB = Resource("batch/v1", "Job", "jobs")
+LEASE = Resource("coordination.k8s.io/v1", "Lease", "leases")
+PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
+VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
+SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
+
+KNOWN = (
+    MPIJOB,
+    POD,
+    SERVICE,
+    CONFIGMAP,
+    SECRET,
+    EVENT,
+    JOB,
+    LEASE,
+    PRIORITY_CLASS,
+    VOLCANO_PODGROUP,
+    SCHED_PLUGINS_PODGROUP,
+    CRD,
+)
+_BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
+_KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}
+
+
+def resource_for(obj_or_api_version: Mapping[str, Any] | str, kind: str | None = None) -> Resource:
+    if isinstance(obj_or_api_version, Mapping):
+        api_version, kind = obj_or_api_version["apiVersion"], obj_or_api_version["kind"]
+    else:
+        api_version = obj_or_api_version
+    try:
+        return _BY_TYPE[(api_version, kind)]
+    except KeyError:
+        raise KeyError(f"unknown resource {api_version} {kind}") from None
+
+
+class ApiError(ApiException):
+    """A non-2xx answer, with the Status object decoded when the server sent one."""
+
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        super().__init__(status=status, reason=reason, body=body)
+        try:
+            decoded = json.loads(body) if body else {}
+        except ValueError:
+            decoded = {}
+        self.details: dict[str, Any] = decoded if isinstance(decoded, dict) else {}
+
+    @property
+    def message(self) -> str:
+        return str(self.details.get("message") or self.reason or "")
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+
+def classify(method: str, url: str) -> tuple[str, str]:
+    """(verb, kind) of a request URL, as the request metric labels it."""
+    parts = urlsplit(url)
+    segs = [s for s in parts.path.split("/") if s]
+    if segs[:1] == ["api"]:
+        rest = segs[2:]
+    elif segs[:1] == ["apis"]:
+        rest = segs[3:]
+    else:
+        return method.lower(), "other"
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        rest = rest[2:]
+    plural = rest[0] if rest else ""
+    named = len(rest) >= 2
+    sub = rest[2] if len(rest) >= 3 else ""
+    kind = _KIND_BY_PLURAL.get(plural, plural or "discovery")
+    if sub:
+        kind = f"{kind}/{sub}"
+    m = method.upper()
+    if m == "GET":
+        if parse_qs(parts.query).get("watch", [""])[0] in ("1", "true"):
+            verb = "watch"
+        else:
+            verb = "get" if named else "list"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(m, m.lower())
+        if m == "DELETE" and not named:
+            verb = "deletecollection"
+    return verb, kind
+
+
+class Kube:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        qps: float = 5,
+        burst: int = 10,
+        on_request: Callable[[str, str, str], None] | None = None,
+        user_agent: str = "mpi-operator",
+    ) -> None:
+        self.api_client = api_client
+        api_client.user_agent = user_agent
+        self._bucket = TokenBucket(qps, burst) if qps > 0 else None
+        self._on_request = on_request
+        self._instrument()
+
+    # -- throttle and count every request of this ApiClient -----------------------------------------
+    def _instrument(self) -> None:
+        rest = self.api_client.rest_client
+        if getattr(rest, "_mpi_operator_wrapped", False):
+            return
+        inner = rest.request
+        bucket = self._bucket
+        on_request = self._on_request
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if bucket is not None:
+                bucket.wait()
+            verb, kind = classify(method, url)
+            try:
+                resp = inner(method, url, *args, **kwargs)
+            except Exception:
+                if on_request is not None:
+                    on_request(verb, kind, "error")
+                raise
+            if on_request is not None:
+                on_request(verb, kind, str(resp.status))
+            return resp
+
+        rest.request = request
+        rest._mpi_operator_wrapped = True
+
+    # -- raw requests ------------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: float | tuple[float, float] | None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
+        req = self.api_client.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*req, _request_timeout=timeout)
+        return resp
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | tuple[float, float] | None = 30,
+    ) -> dict[str, Any]:
+        resp = self._call(method, path, query, body, content_type, timeout)
+        data = resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
+        return json.loads(data) if data else {}
+
+    def stream_lines(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        timeout: tuple[float, float],
+        on_open: Callable[[Any], None] | None = None,
+    ) -> Iterator[bytes]:
+        """A watch: yields one JSON line per event until the server ends the stream."""
+        resp = self._call("GET", path, query, None, None, timeout)
+        raw = resp.response
+        if not 200 <= resp.status <= 299:
+            data = resp.read()
+            raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
+        if on_open is not None:
+            on_open(raw)
+        buf = b""
+        try:
+            for chunk in raw.stream(amt=None, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield line
+            if buf.strip():
+                yield buf
+        finally:
+            raw.release_conn()
+
+    # -- verbs on known resources ------------------------------------------------------------------
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.request("GET", res.path(namespace, name))
+
+    def list(self, res: Resource, namespace: str | None = None, **query: Any) -> dict[str, Any]:
+        out = self.request("GET", res.path(namespace), query=query)
+        for item in out.get("items") or []:
+            item.setdefault("apiVersion", res.api_version)
+            item.setdefault("kind", res.kind)
+        return out
+
+    def create(self, res: Resource, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", res.path(namespace), body=dict(body))
+
+    def replace(
+        self, res: Resource, body: Mapping[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        meta = body["metadata"]
+        return self.request(
+            "PUT", res.path(meta.get("namespace"), meta["name"], subresource), body=dict(body)
+        )
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str | None = None,
+        **query: Any,
+    ) -> dict[str, Any]:
+        return self.request(
+            "PATCH", res.path(namespace, name, subresource), query=query, body=body, content_type=content_type
+        )
+
+    def apply(
+        self, obj: Mapping[str, Any], field_manager: str, *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return self.patch(
+            resource_for(obj),
+            meta.get("namespace"),
+            meta["name"],
+            dict(obj),
+            content_type=APPLY_PATCH,
+            subresource=subresource,
+            fieldManager=field_manager,
+            force="true",
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        propagation: str = "Background",
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        return self.request("DELETE", res.path(namespace, name), body=body)
+
+
+def is_status(err: BaseException, *codes: int) -> bool:
+    return isinstance(err, ApiException) and err.status in codes

@@ -1,0 +1,421 @@
+"""Start and stop a local control plane: L1 (etcd + kube-apiserver) or L2 (+ controller-manager,
+scheduler, kwok with fake nodes)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from localcluster import pki
+from localcluster.binaries import STAGES_DIR, find_bin_dir
+from localcluster.nodes import DEFAULT_CAPACITY, node_manifest, node_ready, write_kwok_config
+from localcluster.processes import Proc, free_port, spawn
+
+Tier = Literal["l1", "l2"]
+STATE_FILE = "state.json"
+# Written nowhere because of --endpoint-reconciler-type=none, but the apiserver needs a non-loopback
+# address and must not depend on the machine having a default route (TEST-NET-3 documentation address).
+ADVERTISE_ADDRESS = "203.0.113.1"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+
+
+class StartupError(RuntimeError):
+    """A component did not become ready; the message carries the tail of its log."""
+
+
+@attrs.define
+class ClusterSpec:
+    tier: Tier = "l1"
+    nodes: int = 2  # kwok fake nodes (L2 only)
+    node_capacity: dict[str, str] = attrs.field(factory=lambda: dict(DEFAULT_CAPACITY))
+    startup_timeout: float = 120.0
+
+
+_live: set[LocalCluster] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for cluster in list(_live):
+        cluster.stop()
+
+
+class LocalCluster:
+    """One control plane. Use as a context manager, or start()/stop(); `detached` processes outlive us."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec | None = None,
+        *,
+        work_dir: Path | None = None,
+        bin_dir: Path | None = None,
+        detached: bool = False,
+        keep_work_dir: bool = False,
+    ) -> None:
+        self.spec = spec or ClusterSpec()
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"mpijob-{self.spec.tier}-"))
+        self.bin_dir = bin_dir
+        self.detached = detached
+        self.keep_work_dir = keep_work_dir
+        self.procs: list[Proc] = []
+        self.server = ""
+        self.ports: dict[str, int] = {}
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # -- paths -------------------------------------------------------------------------------------------
+    @property
+    def pki_dir(self) -> Path:
+        return self.work_dir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.work_dir / "admin.kubeconfig"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        if self.bin_dir is None:
+            self.bin_dir = find_bin_dir()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if not self.detached:
+            _live.add(self)
+        try:
+            self._write_pki()
+            self._start_etcd()
+            self._start_apiserver()
+            if self.spec.tier == "l2":
+                self._start_controllers()
+                self._start_kwok()
+            self.write_state()
+        except BaseException:
+            self.stop(keep_logs=True)
+            raise
+        return self
+
+    def stop(self, *, keep_logs: bool = False) -> None:
+        """Stop every process (reverse start order) and remove the work dir (only the logs stay if asked)."""
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs = []
+        _live.discard(self)
+        if keep_logs or self.keep_work_dir:
+            shutil.rmtree(self.work_dir / "etcd-data", ignore_errors=True)
+            (self.work_dir / STATE_FILE).unlink(missing_ok=True)
+        else:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    # -- state dir (detached clusters) -------------------------------------------------------------------
+    def write_state(self) -> Path:
+        state = {
+            "tier": self.spec.tier,
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "bin_dir": str(self.bin_dir),
+            "ports": self.ports,
+            "procs": [
+                {"name": p.name, "pid": p.pid, "started": p.started, "log": str(p.log)} for p in self.procs
+            ],
+        }
+        path = self.work_dir / STATE_FILE
+        path.write_text(json.dumps(state, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def from_state(cls, work_dir: Path) -> LocalCluster:
+        state = json.loads((work_dir / STATE_FILE).read_text())
+        cluster = cls(ClusterSpec(tier=state["tier"]), work_dir=work_dir, bin_dir=Path(state["bin_dir"]))
+        cluster.server = state["server"]
+        cluster.ports = state["ports"]
+        cluster.procs = [
+            Proc(name=p["name"], pid=p["pid"], started=p["started"], log=Path(p["log"]))
+            for p in state["procs"]
+        ]
+        return cluster
+
+    # -- client side -------------------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """Environment for kubectl and clients: KUBECONFIG and the bin dir first in PATH."""
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def api_client(self) -> object:
+        """A new kubernetes.client.ApiClient as admin (close it when done)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def write_user_kubeconfig(
+        self, user: str, groups: tuple[str, ...] = (), path: Path | None = None
+    ) -> Path:
+        """Issue a client certificate for `user`/`groups` and write a kubeconfig for it.
+
+        For "system:serviceaccount:<ns>:<name>" the ServiceAccount groups are added, so RBAC bindings to
+        that ServiceAccount apply exactly as for a token of the real ServiceAccount.
+        """
+        all_groups = list(groups)
+        if user.startswith("system:serviceaccount:"):
+            namespace = user.split(":")[2]
+            all_groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        ca = pki.CertificateAuthority.load(self.pki_dir / "ca.crt", self.pki_dir / "ca.key")
+        cert, key = ca.issue(user, tuple(dict.fromkeys(all_groups)), client=True)
+        safe = user.replace(":", "_")
+        path = path or self.work_dir / "users" / f"{safe}.kubeconfig"
+        return pki.write_kubeconfig(
+            path, server=self.server, ca_pem=ca.cert_pem, cert_pem=cert, key_pem=key, user=user
+        )
+
+    def rss_bytes(self) -> int:
+        return sum(p.rss_bytes() for p in self.procs)
+
+    # -- components --------------------------------------------------------------------------------------
+    def _bin(self, name: str) -> str:
+        assert self.bin_dir is not None
+        return str(self.bin_dir / name)
+
+    def _spawn(self, name: str, argv: list[str]) -> Proc:
+        proc = spawn(name, argv, self.log_dir / f"{name}.log", detached=self.detached)
+        self.procs.append(proc)
+        return proc
+
+    def _write_pki(self) -> None:
+        ca = pki.CertificateAuthority.create()
+        ca.write(self.pki_dir)
+        names = (
+            "127.0.0.1",
+            "localhost",
+            "10.96.0.1",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        )
+        cert, key = ca.issue("kube-apiserver", server_names=names)
+        pki._write_pair(self.pki_dir, "apiserver", cert, key)
+        pki.write_service_account_keys(self.pki_dir)
+        cert, key = ca.issue("admin", ("system:masters",), client=True)
+        pki._write_pair(self.pki_dir, "admin", cert, key)
+        self.ports["apiserver"] = free_port()
+        self.server = f"https://127.0.0.1:{self.ports['apiserver']}"
+        pki.write_kubeconfig(
+            self.kubeconfig, server=self.server, ca_pem=ca.cert_pem, cert_pem=cert, key_pem=key, user="admin"
+        )
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.ports.update(etcd=client, etcd_peer=peer)
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        proc = self._spawn(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=localcluster",
+                f"--data-dir={self.work_dir / 'etcd-data'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=localcluster={peer_url}",
+                "--unsafe-no-fsync=true",  # test data only; much faster on slow disks
+                "--quota-backend-bytes=2147483648",
+                "--log-level=warn",
+            ],
+        )
+        self._wait(proc, lambda: _http_ok(f"{client_url}/health"), "etcd /health")
+
+    def _start_apiserver(self) -> None:
+        p = self.pki_dir
+        argv = [
+            self._bin("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--advertise-address={ADVERTISE_ADDRESS}",
+            "--endpoint-reconciler-type=none",
+            f"--cert-dir={p}",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+        if self.spec.tier == "l1":
+            # No controller-manager creates the "default" ServiceAccount (as in envtest).
+            argv.append("--disable-admission-plugins=ServiceAccount")
+        proc = self._spawn("kube-apiserver", argv)
+        ctx = self._admin_ssl()
+        self._wait(proc, lambda: _http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
+
+    def _start_controllers(self) -> None:
+        kc, p = str(self.kubeconfig), self.pki_dir
+        common = [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+        ]
+        self.ports.update(controller_manager=free_port(), scheduler=free_port())
+        (self.work_dir / "kcm").mkdir(exist_ok=True)
+        (self.work_dir / "scheduler").mkdir(exist_ok=True)
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                *common,
+                f"--secure-port={self.ports['controller_manager']}",
+                f"--cert-dir={self.work_dir / 'kcm'}",
+                f"--service-account-private-key-file={p / 'sa.key'}",
+                f"--root-ca-file={p / 'ca.crt'}",
+                f"--cluster-signing-cert-file={p / 'ca.crt'}",
+                f"--cluster-signing-key-file={p / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--use-service-account-credentials=false",
+            ],
+        )
+        sched = self._spawn(
+            "kube-scheduler",
+            [
+                self._bin("kube-scheduler"),
+                *common,
+                f"--secure-port={self.ports['scheduler']}",
+                f"--cert-dir={self.work_dir / 'scheduler'}",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs of the components themselves
+        self._wait(
+            kcm,
+            lambda: _http_ok(f"https://127.0.0.1:{self.ports['controller_manager']}/healthz", insecure),
+            "kube-controller-manager /healthz",
+        )
+        self._wait(
+            sched,
+            lambda: _http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", insecure),
+            "kube-scheduler /healthz",
+        )
+
+    def _start_kwok(self) -> None:
+        from kubernetes import client
+
+        config = write_kwok_config(self.work_dir / "kwok.yaml", STAGES_DIR)
+        kwok = self._spawn(
+            "kwok",
+            [
+                self._bin("kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={config}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-lease-duration-seconds=40",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.88.0.1",
+            ],
+        )
+        with contextlib.closing(self.api_client()) as api:  # type: ignore[type-var]
+            core = client.CoreV1Api(api)
+            names = []
+            for i in range(self.spec.nodes):
+                body = node_manifest(i, self.spec.node_capacity)
+                core.create_node(body)
+                names.append(body["metadata"]["name"])
+
+            def nodes_ready() -> bool:
+                ready = {
+                    n.metadata.name
+                    for n in core.list_node().items
+                    if node_ready(api.sanitize_for_serialization(n))
+                }
+                return set(names) <= ready
+
+            def default_service_account() -> bool:
+                try:
+                    core.read_namespaced_service_account("default", "default")
+                except client.ApiException:
+                    return False
+                return True
+
+            self._wait(kwok, nodes_ready, f"{len(names)} kwok nodes Ready")
+            # The controller-manager's ServiceAccount controller works: pods can be created.
+            self._wait(
+                self._proc("kube-controller-manager"),
+                default_service_account,
+                "ServiceAccount default/default",
+            )
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _proc(self, name: str) -> Proc:
+        return next(p for p in self.procs if p.name == name)
+
+    def _admin_ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        return ctx
+
+    def _wait(self, proc: Proc, check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + self.spec.startup_timeout
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise StartupError(f"{proc.name} exited while waiting for {what}:\n{proc.log_tail()}")
+            if check():
+                return
+            time.sleep(0.1)
+        raise StartupError(
+            f"timed out after {self.spec.startup_timeout}s waiting for {what}:\n{proc.log_tail()}"
+        )
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def terminate_on_signals() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into KeyboardInterrupt so `finally`/teardown code runs (default would just die)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

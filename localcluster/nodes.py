@@ -1,0 +1,55 @@
+"""kwok fake nodes: the Node objects kwok manages, and the kwok config built from deploy/local/stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_PREFIX = "kwok-node-"
+
+# Capacity of one fake node: a typical GPU machine.
+DEFAULT_CAPACITY: dict[str, str] = {
+    "cpu": "32",
+    "memory": "256Gi",
+    "pods": "110",
+    "ephemeral-storage": "1Ti",
+    "nvidia.com/gpu": "8",
+}
+
+
+def node_manifest(index: int, capacity: dict[str, str] | None = None) -> dict:
+    name = f"{NODE_PREFIX}{index}"
+    cap = dict(capacity or DEFAULT_CAPACITY)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/hostname": name,
+            },
+        },
+        # No taint: the operator's pods schedule here without tolerations, as on a real cluster.
+        "spec": {},
+        "status": {"capacity": cap, "allocatable": dict(cap)},
+    }
+
+
+def write_kwok_config(path: Path, stages_dir: Path) -> Path:
+    """kwok v0.8 needs its stages in --config: a KwokConfiguration followed by every stage file."""
+    docs = ["apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"]
+    stage_files = sorted(stages_dir.glob("*.yaml"))
+    if not stage_files:
+        raise FileNotFoundError(f"no kwok stages in {stages_dir}")
+    docs += [f.read_text() for f in stage_files]
+    path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
+    return path
+
+
+def node_ready(node: dict) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -1,0 +1,125 @@
+"""Child processes of the local control plane: free ports, spawning in own process groups, stopping."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the owning Python process dies (even by SIGKILL), the kernel
+    # kills the child too, so a crashed test run leaves no control plane behind.
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def start_time(pid: int) -> int | None:
+    """The process start time in clock ticks (field 22 of /proc/<pid>/stat), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after the last ')' are fixed.
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+@attrs.define
+class Proc:
+    """One control-plane process; its pid is also its process group id."""
+
+    name: str
+    pid: int
+    started: int
+    log: Path
+    popen: subprocess.Popen[bytes] | None = attrs.field(default=None, repr=False, eq=False)
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return start_time(self.pid) == self.started and not _is_zombie(self.pid)
+
+    def rss_bytes(self) -> int:
+        if not self.alive():
+            return 0
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `timeout`; only if it is still our process."""
+        if not self.alive():
+            self._reap()
+            return
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                break
+            time.sleep(0.05)
+        else:
+            self._signal(signal.SIGKILL)
+        self._reap()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    def _reap(self) -> None:
+        if self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def spawn(name: str, argv: list[str], log: Path, *, detached: bool) -> Proc:
+    """Start argv in a new session (its own process group), output to `log`.
+
+    Attached processes die with this Python process; detached ones outlive it (stopped via the state dir).
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=None if detached else _die_with_parent,
+        )
+    started = start_time(popen.pid) or 0
+    return Proc(name=name, pid=popen.pid, started=started, log=log, popen=popen)

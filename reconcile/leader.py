@@ -90,8 +90,12 @@ class LeaderElector:
             self._on_change(leading)
 
     # -- the loop -----------------------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> None:
-        """Block: acquire, call on_started, renew until stop (then release) or loss (then on_stopped)."""
+    def run(self, stop: threading.Event, before_release: Callable[[], None] = lambda: None) -> None:
+        """Block: acquire, call on_started, renew until stop (then release) or loss (then on_stopped).
+
+        On stop, ``before_release`` runs while we still hold the lease (stop the workers there), so no
+        write of ours can overlap with the next leader's.
+        """
         log.info(
             "waiting for the lease", extra={"lease": f"{self.namespace}/{self.name}", "id": self.identity}
         )
@@ -112,6 +116,7 @@ class LeaderElector:
                 self._set_leading(False)
                 self._on_stopped()
                 return
+        before_release()
         self.release()
 
     def _renew(self, stop: threading.Event) -> bool:

@@ -1,0 +1,7 @@
+"""`python -m reconcile`: the operator process."""
+
+import sys
+
+from reconcile.main import main
+
+sys.exit(main())

@@ -1,0 +1,396 @@
+"""The MPIJob controller: informers feed a work queue; each sync renders, plans and executes one MPIJob.
+
+Shape of kubernetes/sample-controller: event handlers only enqueue ``namespace/name`` keys; ``sync`` reads
+everything from the caches, so a sync is level-based and any number of them converge to the same state.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import render
+from reconcile import events as ev
+from reconcile.events import EventRecorder
+from reconcile.informer import Informer, controller_ref, key_of
+from reconcile.kube import (
+    CONFIGMAP,
+    JOB,
+    MERGE_PATCH,
+    MPIJOB,
+    POD,
+    PRIORITY_CLASS,
+    SCHED_PLUGINS_PODGROUP,
+    SECRET,
+    SERVICE,
+    VOLCANO_PODGROUP,
+    ApiError,
+    Kube,
+    Resource,
+    resource_for,
+)
+from reconcile.metrics import Metrics
+from reconcile.queue import ShutDown, WorkQueue
+from reconcile.ratelimit import controller_rate_limiter
+from reconcile.syncstate import (
+    condition_true,
+    is_managed_externally,
+    launcher_resume_needs_start_time_cleared,
+    status_changed,
+)
+from render import names
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "mpi-operator"
+CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
+
+
+def podgroup_resource(gang_scheduling: str) -> Resource | None:
+    if not gang_scheduling:
+        return None
+    return VOLCANO_PODGROUP if gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        config: render.Config,
+        *,
+        metrics: Metrics,
+        recorder: EventRecorder,
+        namespace: str = "",
+        threadiness: int = 2,
+        queue_qps: float = 10,
+        queue_burst: int = 100,
+        on_fatal: Callable[[str], None] | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        field_manager: str = FIELD_MANAGER,
+    ) -> None:
+        self.kube = kube
+        self.config = config
+        self.metrics = metrics
+        self.recorder = recorder
+        self.namespace = namespace or None
+        self.threadiness = threadiness
+        self.field_manager = field_manager
+        self._now = now
+        self.queue = WorkQueue(
+            controller_rate_limiter(queue_qps, queue_burst), on_depth=metrics.queue_depth.set
+        )
+
+        def informer(res: Resource, selector: str | None = CHILD_SELECTOR) -> Informer:
+            ns = self.namespace if res.namespaced else None
+            return Informer(kube, res, namespace=ns, label_selector=selector, on_fatal=on_fatal)
+
+        self.mpijobs = informer(MPIJOB, None)
+        self.children: dict[Resource, Informer] = {
+            res: informer(res) for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
+        }
+        self.podgroup_res = podgroup_resource(config.gang_scheduling)
+        if self.podgroup_res is not None:
+            self.children[self.podgroup_res] = informer(self.podgroup_res)
+            self.priority_classes: Informer | None = informer(PRIORITY_CLASS, None)
+        else:
+            self.priority_classes = None
+        self.mpijobs.add_handler(self._on_mpijob)
+        for inf in self.children.values():
+            inf.add_handler(self._on_child)
+        self._workers: list[threading.Thread] = []
+        # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
+        self._fresh_keys: dict[str, render.SSHKey] = {}
+        self._stopped = threading.Event()
+        self._started = threading.Event()
+
+    # -- informers and handlers ----------------------------------------------------------------------
+    @property
+    def informers(self) -> list[Informer]:
+        out = [self.mpijobs, *self.children.values()]
+        if self.priority_classes is not None:
+            out.append(self.priority_classes)
+        return out
+
+    def has_synced(self) -> bool:
+        return self._started.is_set() and all(inf.has_synced() for inf in self.informers)
+
+    def _on_mpijob(self, event: str, old: dict | None, new: dict | None) -> None:
+        obj = new if new is not None else old
+        if obj is not None:
+            self.queue.add_rate_limited(key_of(obj))
+
+    def _on_child(self, event: str, old: dict | None, new: dict | None) -> None:
+        for obj in (old, new):
+            if obj is None:
+                continue
+            key = self.owner_key(obj)
+            if key is not None:
+                self.queue.add_rate_limited(key)
+
+    def owner_key(self, obj: Mapping[str, Any]) -> str | None:
+        """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""
+        ref = controller_ref(obj)
+        if ref is None:
+            return None
+        ns = (obj.get("metadata") or {}).get("namespace", "")
+        if ref.get("kind") == "Job" and ref.get("apiVersion", "").startswith("batch/"):
+            job = self.children[JOB].store.get(f"{ns}/{ref.get('name')}")
+            if job is None:
+                return None
+            ref = controller_ref(job)
+            if ref is None:
+                return None
+        if ref.get("kind") == names.KIND and ref.get("apiVersion") == names.API_VERSION:
+            return f"{ns}/{ref.get('name')}"
+        return None
+
+    # -- running ------------------------------------------------------------------------------------
+    def start(self, sync_timeout: float | None = None) -> bool:
+        """Start informers, wait for their caches, then start the workers. Non-blocking after the sync."""
+        for inf in self.informers:
+            inf.start()
+        self._started.set()
+        deadline = None if sync_timeout is None else time.monotonic() + sync_timeout
+        for inf in self.informers:
+            while not inf.wait_synced(0.5):
+                if self._stopped.is_set():
+                    return False
+                if deadline is not None and time.monotonic() > deadline:
+                    return False
+        log.info("caches synced", extra={"informers": [i.name for i in self.informers]})
+        for i in range(self.threadiness):
+            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+        return True
+
+    def stop(self, timeout: float = 30) -> None:
+        self._stopped.set()
+        self.queue.shutdown()
+        deadline = time.monotonic() + timeout
+        for t in self._workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for inf in self.informers:
+            inf.stop()
+
+    def _worker(self) -> None:
+        while True:
+            try:
+                key = self.queue.get()
+            except ShutDown:
+                return
+            try:
+                self.process(str(key))
+            finally:
+                self.queue.done(key)
+
+    def process(self, key: str) -> None:
+        start = time.monotonic()
+        result = "success"
+        try:
+            self.sync(key)
+            self.queue.forget(key)
+        except Exception as err:
+            result = "error"
+            if isinstance(err, (ApiError, SyncError)):
+                log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
+            else:
+                log.exception("sync failed, requeued", extra={"key": key})
+            if not self._stopped.is_set():
+                self.queue.add_rate_limited(key)
+        finally:
+            self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
+
+    # -- the sync -----------------------------------------------------------------------------------
+    def sync(self, key: str) -> None:
+        obj = self.mpijobs.store.get(key)
+        if obj is None:
+            self.metrics.remove_job_info(key)
+            return
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp") or is_managed_externally(obj):
+            return
+        now = self._now()
+        try:
+            job = render.parse_mpijob(obj)
+        except render.ValidationError as err:
+            self._invalid(obj, err, now)
+            return
+        children = self.children_of(job)
+        observed = self._observe(job, children, now)
+        # Objects with wanted names that the caches do not hold (not labelled by us, or not seen yet).
+        extra = self._find_uncached(job, observed, children)
+        if extra:
+            children = children + extra
+            observed = self._observe(job, children, now)
+
+        old_status = obj.get("status") or {}
+        new_status = render.status(job, observed, self.config)
+        if status_changed(old_status, new_status):
+            obj = self._write_status(obj, new_status)
+        self._record(obj, job, old_status, new_status)
+
+        if render.ttl_expired(job, new_status, now):
+            log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
+            try:
+                self.kube.delete(MPIJOB, job.namespace, job.name, uid=job.uid)
+            except ApiError as err:
+                if err.status not in (404, 409):
+                    raise
+            return
+
+        desired = render.render(job, observed, self.config)
+        live = [o for o in children if o.get("kind") != "PriorityClass"]
+        self._clear_launcher_start_time(desired, live)
+        conflicts = self._plan_and_execute(obj, job, desired, live)
+
+        if any(o.get("kind") == "Job" for o in desired) or self._owned_launcher(job, live) is not None:
+            self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
+        wake = render.next_wakeup(job, new_status, now)
+        if wake is not None:
+            self.queue.add_after(key, max(0.0, (wake - now).total_seconds()) + 0.01)
+        if conflicts:
+            raise SyncError(f"{len(conflicts)} wanted names held by objects not controlled by {key}")
+
+    def children_of(self, job: Any) -> list[dict[str, Any]]:
+        """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+
+        def add(objs: Iterable[dict[str, Any]]) -> None:
+            for o in objs:
+                uid = (o.get("metadata") or {}).get("uid", "")
+                if uid not in seen:
+                    seen.add(uid)
+                    out.append(o)
+
+        for inf in self.children.values():
+            add(inf.store.by_index("controller", job.uid))
+        for launcher in self.children[JOB].store.by_index("controller", job.uid):
+            add(self.children[POD].store.by_index("controller", launcher["metadata"].get("uid", "")))
+        if self.priority_classes is not None:
+            add(self.priority_classes.store.list())
+        return out
+
+    def _observe(self, job: Any, children: list[dict[str, Any]], now: datetime) -> render.Observed:
+        has_secret = any(
+            o.get("kind") == "Secret"
+            and o["metadata"].get("name") == names.ssh_secret_name(job.name)
+            and (controller_ref(o) or {}).get("uid") == job.uid
+            for o in children
+        )
+        key = self._fresh_keys.get(job.uid) if not has_secret else None
+        if not has_secret and key is None:
+            key = render.generate_ssh_key()
+            self._fresh_keys[job.uid] = key
+        if has_secret:
+            self._fresh_keys.pop(job.uid, None)
+        return render.Observed.from_objects(children, now=now, fresh_ssh_key=key)
+
+    def _find_uncached(
+        self, job: Any, observed: render.Observed, children: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        have = {(o.get("kind"), o["metadata"].get("name")) for o in children}
+        extra: list[dict[str, Any]] = []
+        for want in render.render(job, observed, self.config):
+            kind, name = want.get("kind"), want["metadata"]["name"]
+            if (kind, name) in have:
+                continue
+            res = resource_for(want)
+            inf = self.children.get(res)
+            cached = inf.store.get(f"{job.namespace}/{name}") if inf is not None else None
+            if cached is not None:
+                extra.append(cached)
+                continue
+            try:
+                found = self.kube.get(res, job.namespace, name)
+            except ApiError as err:
+                if err.status == 404:
+                    continue
+                raise
+            found.setdefault("apiVersion", res.api_version)
+            found.setdefault("kind", res.kind)
+            (found.get("metadata") or {}).pop("managedFields", None)
+            extra.append(found)
+        return extra
+
+    def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:
+        for o in live:
+            if (
+                o.get("kind") == "Job"
+                and o["metadata"].get("name") == names.launcher_name(job.name)
+                and (controller_ref(o) or {}).get("uid") == job.uid
+            ):
+                return o
+        return None
+
+    def _invalid(self, obj: dict[str, Any], err: render.ValidationError, now: datetime) -> None:
+        message = "; ".join(str(e) for e in err.errors) or str(err)
+        old_status = obj.get("status") or {}
+        new_status = render.status(obj, render.Observed.from_objects((), now=now), self.config)
+        if status_changed(old_status, new_status):
+            self._write_status(obj, new_status)
+            self.recorder.event(obj, ev.WARNING, "ValidationError", message)
+
+    def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(obj)
+        body["status"] = status
+        updated = self.kube.replace(MPIJOB, body, subresource="status")
+        updated.setdefault("apiVersion", MPIJOB.api_version)
+        updated.setdefault("kind", MPIJOB.kind)
+        self.mpijobs.observe(updated)
+        return updated
+
+    def _record(self, obj: dict[str, Any], job: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
+        for e in render.events(job, old, new):
+            self.recorder.event(obj, e.type, e.reason, e.message)
+        if not condition_true(old, "Created") and condition_true(new, "Created"):
+            self.metrics.jobs_created.inc()
+        if not condition_true(old, "Succeeded") and condition_true(new, "Succeeded"):
+            self.metrics.jobs_successful.inc()
+        if (
+            not condition_true(old, "Failed")
+            and condition_true(new, "Failed")
+            and _condition_reason(new, "Failed") != "MPIJobEvicted"
+        ):
+            self.metrics.jobs_failed.inc()
+
+    def _clear_launcher_start_time(self, desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> None:
+        """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
+        target = launcher_resume_needs_start_time_cleared(desired, live)
+        if target is None:
+            return
+        meta = target["metadata"]
+        updated = self.kube.patch(
+            JOB,
+            meta["namespace"],
+            meta["name"],
+            {"status": {"startTime": None}},
+            content_type=MERGE_PATCH,
+            subresource="status",
+        )
+        self.children[JOB].observe(updated)
+        target.setdefault("status", {}).pop("startTime", None)
+
+    def _plan_and_execute(
+        self, obj: dict[str, Any], job: Any, desired: list[dict[str, Any]], live: list[dict[str, Any]]
+    ) -> list[Any]:
+        from reconcile.wiring import plan_and_execute
+
+        return plan_and_execute(self, obj, job, desired, live)
+
+
+class SyncError(Exception):
+    """A sync that did its part but must be retried (e.g. a wanted name is held by someone else)."""
+
+
+def _condition_reason(status: Mapping[str, Any], ctype: str) -> str:
+    for c in status.get("conditions") or ():
+        if c.get("type") == ctype:
+            return str(c.get("reason") or "")
+    return ""

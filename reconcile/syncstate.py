@@ -1,0 +1,86 @@
+"""Small pure decisions the sync makes about live objects and statuses (unit-tested on their own)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from render import names
+
+# Condition timestamps that render may move without the condition changing.
+_CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime")
+
+
+def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(status or {}))
+    conditions = [
+        {k: v for k, v in c.items() if k not in _CONDITION_TIMES} for c in out.get("conditions") or ()
+    ]
+    if conditions:
+        out["conditions"] = sorted(conditions, key=lambda c: str(c.get("type")))
+    else:
+        out.pop("conditions", None)
+    out.pop("lastReconcileTime", None)
+    return _drop_empty(out)
+
+
+def _drop_empty(value: Any) -> Any:
+    # The server drops nothing from status, but {} and [] and absent mean the same to us.
+    if isinstance(value, dict):
+        cleaned = {k: _drop_empty(v) for k, v in value.items()}
+        return {k: v for k, v in cleaned.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_drop_empty(v) for v in value]
+    return value
+
+
+def status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when a status write is needed: anything but a condition timestamp that only moved differs."""
+    return _comparable(old) != _comparable(new)
+
+
+def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
+    for c in (status or {}).get("conditions") or ():
+        if c.get("type") == ctype:
+            return c.get("status") == "True"
+    return False
+
+
+def is_managed_externally(obj: Mapping[str, Any]) -> bool:
+    """runPolicy.managedBy names another controller (e.g. MultiKueue): hands off, before any parsing."""
+    managed_by = (((obj.get("spec") or {}).get("runPolicy")) or {}).get("managedBy")
+    return managed_by not in (None, "", names.MANAGED_BY_SELF)
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def launcher_resume_needs_start_time_cleared(
+    desired: list[dict[str, Any]], live: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The live launcher Job to clear ``.status.startTime`` on, when the job is being resumed.
+
+    Kubernetes keeps a Job's template immutable once startTime is set, even while suspended, so the
+    scheduling directives of a resumed job could not be applied (upstream #772, KEP-2926).
+    """
+    for want in desired:
+        if want.get("kind") != "Job":
+            continue
+        if (want.get("spec") or {}).get("suspend"):
+            return None
+        name = want["metadata"]["name"]
+        owner = _controller_uid(want)
+        for obj in live:
+            if obj.get("kind") != "Job" or (obj.get("metadata") or {}).get("name") != name:
+                continue
+            if owner is None or _controller_uid(obj) != owner:
+                return None
+            if (obj.get("spec") or {}).get("suspend") and (obj.get("status") or {}).get("startTime"):
+                return obj
+            return None
+    return None

@@ -1,0 +1,24 @@
+"""The ConfigMap `<job>-config`: hostfile and discover_hosts.sh, mounted by the launcher at /etc/mpi."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from render import hostfile, names
+from render.api import Config, MPIJob
+from render.children.common import object_meta
+
+
+def configmap(job: MPIJob, running_worker_indexes: Iterable[int], config: Config) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(job, names.config_name(job.name), names.object_labels(job.name)),
+        "data": {
+            names.HOSTFILE_KEY: hostfile.hostfile(job, config.cluster_domain),
+            names.DISCOVER_HOSTS_KEY: hostfile.discover_hosts(
+                job, running_worker_indexes, config.cluster_domain
+            ),
+        },
+    }

@@ -1,0 +1,31 @@
+"""Worker Pods `<job>-worker-<i>` (plain Pods: sshd, reached by the launcher over SSH)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from render import names
+from render.api import Config, MPIJob
+from render.children.common import decorate_gang, decorate_pod_spec, env_var, object_meta, pod_template_parts
+
+DEFAULT_WORKER_COMMAND = ["/usr/sbin/sshd", "-De"]
+
+
+def worker_pod(job: MPIJob, index: int, config: Config) -> dict[str, Any]:
+    worker = job.worker
+    assert worker is not None
+    labels, annotations, spec = pod_template_parts(worker.template)
+    name = names.worker_name(job.name, index)
+    labels.update(names.role_selector(job.name, names.ROLE_WORKER))
+    # With the launcher as rank 0, workers are ranks 1..N (Kueue TAS orders pods by this label, #690).
+    labels[names.LABEL_REPLICA_INDEX] = str(index + 1 if job.run_launcher_as_worker else index)
+    container = decorate_pod_spec(job, spec, name, config)
+    spec["restartPolicy"] = worker.restart_policy
+    if not container.get("command") and not container.get("args"):
+        container["command"] = list(DEFAULT_WORKER_COMMAND)
+    container.setdefault("env", []).append(env_var("K_MPI_JOB_ROLE", names.ROLE_WORKER))
+    decorate_gang(job, spec, labels, annotations, config)
+    meta = object_meta(job, name, labels)
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

@@ -1,0 +1,92 @@
+"""render(): every child object the MPIJob should have right now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from render import conditions as cond
+from render.api import Config, MPIJob
+from render.children.configmap import configmap
+from render.children.launcher import launcher_job
+from render.children.podgroup import podgroup
+from render.children.secret import secret_data, ssh_secret
+from render.children.service import service
+from render.children.workers import worker_pod
+from render.errors import FieldError, ValidationError
+from render.observed import Observed, is_pod_ready, is_terminating, phase, view
+from render.parse import parse_mpijob
+from render.status import REASON_DEADLINE, status, wanted_names
+
+
+def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config) -> list[dict[str, Any]]:
+    """Children in wire form, in a stable order: Service, ConfigMap, Secret, PodGroup, workers, launcher Job.
+
+    The status that decides cleanup and the launcher's suspension is computed here with status(), so the
+    result does not depend on whether the caller wrote the status first (status() is idempotent).
+    """
+    job = parse_mpijob(mpijob)
+    if not job.uid:
+        raise ValidationError([FieldError("metadata.uid", "Required value: children need an owner UID")])
+    if job.managed_externally:
+        return []
+    conds = cond.clean(status(job, observed, config).get("conditions"))
+    finished = cond.is_finished(conds)
+    failed = cond.find(conds, cond.FAILED)
+    deadline_exceeded = (
+        failed is not None and failed.get("status") == cond.TRUE and failed.get("reason") == REASON_DEADLINE
+    )
+    v = view(observed, job, wanted_names(job, config))
+    replicas = job.worker_replicas
+    active = not finished and not job.suspended
+
+    running = [i for i, p in v.workers.items() if i < replicas and phase(p) == "Running"]
+    out: list[dict[str, Any]] = [service(job), configmap(job, running, config)]
+    data = secret_data(v.ssh_secret, observed.fresh_ssh_key)
+    if data is not None:
+        out.append(ssh_secret(job, data))
+    if config.gang_scheduling and active:
+        out.append(podgroup(job, config, lambda pc: _priority(observed, pc)))
+
+    if active:
+        for i in range(replicas):
+            live = v.workers.get(i)
+            # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
+            if live is not None and phase(live) == "Failed" and not is_terminating(live):
+                continue
+            out.append(worker_pod(job, i, config))
+    elif finished:
+        policy = job.spec.run_policy.clean_pod_policy
+        for i in sorted(v.workers):
+            if i >= replicas:
+                continue
+            keep = policy == "None" or (
+                policy == "Running" and phase(v.workers[i]) not in ("Running", "Pending")
+            )
+            if keep:
+                out.append(worker_pod(job, i, config))
+
+    live = v.launcher
+    if finished:
+        if live is not None:
+            suspend = deadline_exceeded or bool((live.get("spec") or {}).get("suspend"))
+            out.append(launcher_job(job, config, suspend=suspend))
+    elif job.suspended:
+        out.append(launcher_job(job, config, suspend=True))
+    else:
+        wait = job.spec.launcher_creation_policy == "WaitForWorkersReady"
+        ready = sum(1 for i, p in v.workers.items() if i < replicas and is_pod_ready(p))
+        all_ready = ready == replicas
+        if live is not None:
+            # WaitForWorkersReady holds across suspend and resume (upstream #615).
+            held = bool((live.get("spec") or {}).get("suspend")) and wait and not all_ready
+            out.append(launcher_job(job, config, suspend=held))
+        elif not wait or all_ready:
+            out.append(launcher_job(job, config, suspend=False))
+    return out
+
+
+def _priority(observed: Observed, name: str) -> int:
+    pc = observed.get("PriorityClass", name)
+    value = (pc or {}).get("value", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,56 @@
+"""Time-driven behaviour: the MPIJob-level deadline and TTL."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from render import conditions as cond
+from render.api import MPIJob
+from render.errors import ValidationError
+from render.parse import parse_mpijob
+from render.status import deadline
+from render.timeutil import parse_time
+
+
+def _job(mpijob: Mapping[str, Any] | MPIJob) -> MPIJob | None:
+    try:
+        return parse_mpijob(mpijob)
+    except ValidationError:
+        return None
+
+
+def _ttl_moment(job: MPIJob, status: Mapping[str, Any]) -> datetime | None:
+    ttl = job.spec.run_policy.ttl_seconds_after_finished
+    if ttl is None or not cond.is_finished(cond.clean(status.get("conditions"))):
+        return None
+    done = parse_time(status.get("completionTime"))
+    return done + timedelta(seconds=ttl) if done is not None else None
+
+
+def ttl_expired(mpijob: Mapping[str, Any] | MPIJob, status: Mapping[str, Any], now: datetime) -> bool:
+    """True once `completionTime + ttlSecondsAfterFinished <= now`: the MPIJob itself must be deleted."""
+    job = _job(mpijob)
+    moment = _ttl_moment(job, status or {}) if job is not None else None
+    return moment is not None and moment <= now
+
+
+def next_wakeup(
+    mpijob: Mapping[str, Any] | MPIJob, status: Mapping[str, Any], now: datetime
+) -> datetime | None:
+    """The earliest future moment at which the job changes by time alone (deadline or TTL), else None."""
+    job = _job(mpijob)
+    if job is None or job.managed_externally:
+        return None
+    status = status or {}
+    moments = []
+    ttl = _ttl_moment(job, status)
+    if ttl is not None:
+        moments.append(ttl)
+    if not cond.is_finished(cond.clean(status.get("conditions"))) and not job.suspended:
+        dl = deadline(job, status)
+        if dl is not None:
+            moments.append(dl)
+    future = [m for m in moments if m > now]
+    return min(future) if future else None

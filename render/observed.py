@@ -1,0 +1,152 @@
+"""The live world as render sees it, indexed for the lookups render and status make."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from render import names
+from render.api import SSHKey
+
+KIND_POD = "Pod"
+KIND_JOB = "Job"
+KIND_SECRET = "Secret"
+KIND_CONFIGMAP = "ConfigMap"
+KIND_SERVICE = "Service"
+KIND_PODGROUP = "PodGroup"
+KIND_PRIORITYCLASS = "PriorityClass"
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(meta.get("name", ""))
+
+
+@attrs.frozen
+class Observed:
+    """`now` is the only clock; `objects` are live children (and PriorityClasses); no I/O happens here."""
+
+    now: datetime
+    objects: tuple[dict[str, Any], ...] = ()
+    fresh_ssh_key: SSHKey | None = None
+    _by_name: dict[tuple[str, str], dict[str, Any]] = attrs.field(
+        init=False, eq=False, repr=False, factory=dict
+    )
+
+    def __attrs_post_init__(self) -> None:
+        index = {}
+        for obj in self.objects:
+            if isinstance(obj, Mapping):
+                index.setdefault(_key(obj), obj)
+        object.__setattr__(self, "_by_name", index)
+
+    @classmethod
+    def from_objects(
+        cls, objects: Iterable[Mapping[str, Any]], *, now: datetime, fresh_ssh_key: SSHKey | None = None
+    ) -> Observed:
+        return cls(now=now, objects=tuple(dict(o) for o in objects), fresh_ssh_key=fresh_ssh_key)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self._by_name.get((kind, name))
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if isinstance(o, Mapping) and o.get("kind") == kind]
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def is_controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return controller_uid(obj) == uid
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def condition(obj: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == ctype:
+            return c
+    return None
+
+
+def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
+    c = condition(obj, ctype)
+    return c is not None and c.get("status") == "True"
+
+
+def is_pod_ready(pod: Mapping[str, Any]) -> bool:
+    return phase(pod) == "Running" and condition_true(pod, "Ready")
+
+
+def is_terminating(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+@attrs.frozen
+class JobView:
+    """What render and status need to know about the live children of one MPIJob."""
+
+    launcher: dict[str, Any] | None  # the launcher Job, if it is ours
+    launcher_pods: list[dict[str, Any]]
+    workers: dict[int, dict[str, Any]]  # our worker pods by index (taken from the name)
+    ssh_secret: dict[str, Any] | None  # the SSH Secret, if it is ours
+    conflicts: list[tuple[str, str]]  # (kind, name) wanted names held by objects we do not control
+
+
+def view(observed: Observed, job: Any, wanted: list[tuple[str, str]]) -> JobView:
+    """Classify the observed objects for `job` (an MPIJob model)."""
+    uid = job.uid
+    conflicts = []
+    for kind, name in wanted:
+        obj = observed.get(kind, name)
+        if obj is not None and _same_namespace(obj, job.namespace) and not is_controlled_by(obj, uid):
+            conflicts.append((kind, name))
+    launcher = observed.get(KIND_JOB, names.launcher_name(job.name))
+    if launcher is not None and not (
+        _same_namespace(launcher, job.namespace) and is_controlled_by(launcher, uid)
+    ):
+        launcher = None
+    secret = observed.get(KIND_SECRET, names.ssh_secret_name(job.name))
+    if secret is not None and not (_same_namespace(secret, job.namespace) and is_controlled_by(secret, uid)):
+        secret = None
+    launcher_uid = (launcher or {}).get("metadata", {}).get("uid")
+    prefix = names.worker_name(job.name, 0)[:-1]
+    workers: dict[int, dict[str, Any]] = {}
+    launcher_pods: list[dict[str, Any]] = []
+    for pod in observed.of_kind(KIND_POD):
+        if not _same_namespace(pod, job.namespace):
+            continue
+        owner = controller_uid(pod)
+        if owner == uid:
+            name = str((pod.get("metadata") or {}).get("name", ""))
+            suffix = name[len(prefix) :] if name.startswith(prefix) else ""
+            if suffix.isdigit() and str(int(suffix)) == suffix:
+                workers[int(suffix)] = pod
+        elif launcher is not None and owner is not None and owner == launcher_uid:
+            launcher_pods.append(pod)
+        elif launcher is not None and launcher_uid is None:
+            lbl = labels_of(pod)
+            if (
+                lbl.get(names.LABEL_JOB_NAME) == job.name
+                and lbl.get(names.LABEL_JOB_ROLE) == names.ROLE_LAUNCHER
+            ):
+                launcher_pods.append(pod)
+    return JobView(launcher, launcher_pods, workers, secret, conflicts)
+
+
+def _same_namespace(obj: Mapping[str, Any], namespace: str) -> bool:
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return not ns or ns == namespace

@@ -1,0 +1,226 @@
+"""Dict (or YAML) to the attrs model. Wrong types become FieldErrors with paths, never exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from render import names
+from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
+from render.errors import FieldError, ValidationError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+class Reader:
+    """Typed field access that records an error instead of raising."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def map(self, obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.error(path, f"Invalid value: {_type_name(value)}: must be an object")
+            return None
+        return value
+
+    def str(self, obj: Mapping[str, Any], key: str, path: str) -> str | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.error(path, f"Invalid value: {_type_name(value)}: must be a string")
+            return None
+        return value
+
+    def bool(self, obj: Mapping[str, Any], key: str, path: str) -> bool | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            self.error(path, f"Invalid value: {_type_name(value)}: must be a boolean")
+            return None
+        return value
+
+    def int(self, obj: Mapping[str, Any], key: str, path: str, maximum: int = INT32_MAX) -> int | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(path, f"Invalid value: {_type_name(value)}: must be an integer")
+            return None
+        if not -maximum - 1 <= value <= maximum:
+            self.error(path, f"Invalid value: {value}: must fit in {maximum.bit_length() + 1} bits")
+            return None
+        return value
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:
+    """The model without defaults, and every type error found on the way."""
+    r = Reader()
+    if not isinstance(obj, Mapping):
+        return None, [FieldError("<root>", f"Invalid value: {_type_name(obj)}: must be an object")]
+    api_version = obj.get("apiVersion")
+    if api_version is not None and api_version != names.API_VERSION:
+        r.error("apiVersion", f'Unsupported value: {api_version!r}: supported values: "{names.API_VERSION}"')
+    kind = obj.get("kind")
+    if kind is not None and kind != names.KIND:
+        r.error("kind", f'Unsupported value: {kind!r}: supported values: "{names.KIND}"')
+    meta = r.map(obj, "metadata", "metadata") or {}
+    name = r.str(meta, "name", "metadata.name") or ""
+    namespace = r.str(meta, "namespace", "metadata.namespace") or ""
+    uid = r.str(meta, "uid", "metadata.uid") or ""
+    labels = _str_map(r, meta, "labels", "metadata.labels")
+    annotations = _str_map(r, meta, "annotations", "metadata.annotations")
+    status = r.map(obj, "status", "status") or {}
+    spec_obj = obj.get("spec")
+    if spec_obj is None:
+        r.error("spec", "Required value")
+        spec_obj = {}
+    elif not isinstance(spec_obj, Mapping):
+        r.error("spec", f"Invalid value: {_type_name(spec_obj)}: must be an object")
+        spec_obj = {}
+    spec = _read_spec(r, spec_obj)
+    job = MPIJob(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        spec=spec,
+        labels=labels,
+        annotations=annotations,
+        status=dict(status),
+        raw=obj if isinstance(obj, dict) else dict(obj),
+    )
+    return job, r.errors
+
+
+def _str_map(r: Reader, obj: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+    value = r.map(obj, key, path)
+    if value is None:
+        return {}
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            r.error(f"{path}[{k}]", f"Invalid value: {_type_name(v)}: must be a string")
+            continue
+        out[k] = v
+    return out
+
+
+def _read_spec(r: Reader, spec: Mapping[str, Any]) -> MPIJobSpec:
+    specs: dict[str, ReplicaSpec] | None = None
+    raw_specs = r.map(spec, "mpiReplicaSpecs", "spec.mpiReplicaSpecs")
+    if raw_specs is not None:
+        specs = {}
+        for rtype, raw in raw_specs.items():
+            path = f"spec.mpiReplicaSpecs[{rtype}]"
+            if rtype not in (names.LAUNCHER, names.WORKER):
+                r.error(path, f'Unsupported value: {rtype!r}: supported values: "Launcher", "Worker"')
+                continue
+            if raw is None:
+                continue
+            if not isinstance(raw, Mapping):
+                r.error(path, f"Invalid value: {_type_name(raw)}: must be an object")
+                continue
+            specs[rtype] = _read_replica(r, raw, path)
+    run_policy_obj = r.map(spec, "runPolicy", "spec.runPolicy") or {}
+    return MPIJobSpec(
+        slots_per_worker=r.int(spec, "slotsPerWorker", "spec.slotsPerWorker"),
+        run_launcher_as_worker=r.bool(spec, "runLauncherAsWorker", "spec.runLauncherAsWorker"),
+        run_policy=_read_run_policy(r, run_policy_obj),
+        mpi_replica_specs=specs,
+        ssh_auth_mount_path=r.str(spec, "sshAuthMountPath", "spec.sshAuthMountPath") or "",
+        launcher_creation_policy=r.str(spec, "launcherCreationPolicy", "spec.launcherCreationPolicy") or "",
+        mpi_implementation=r.str(spec, "mpiImplementation", "spec.mpiImplementation") or "",
+    )
+
+
+def _read_replica(r: Reader, raw: Mapping[str, Any], path: str) -> ReplicaSpec:
+    template = raw.get("template")
+    if template is None:
+        template = {}
+    elif not isinstance(template, Mapping):
+        r.error(f"{path}.template", f"Invalid value: {_type_name(template)}: must be an object")
+        template = {}
+    return ReplicaSpec(
+        replicas=r.int(raw, "replicas", f"{path}.replicas"),
+        restart_policy=r.str(raw, "restartPolicy", f"{path}.restartPolicy") or "",
+        template=template if isinstance(template, dict) else dict(template),
+    )
+
+
+def _read_run_policy(r: Reader, rp: Mapping[str, Any]) -> RunPolicy:
+    p = "spec.runPolicy"
+    sp_obj = r.map(rp, "schedulingPolicy", f"{p}.schedulingPolicy")
+    sp = None
+    if sp_obj is not None:
+        sp_path = f"{p}.schedulingPolicy"
+        min_res = r.map(sp_obj, "minResources", f"{sp_path}.minResources")
+        sp = SchedulingPolicy(
+            min_available=r.int(sp_obj, "minAvailable", f"{sp_path}.minAvailable"),
+            queue=r.str(sp_obj, "queue", f"{sp_path}.queue") or "",
+            min_resources=dict(min_res) if min_res is not None else None,
+            priority_class=r.str(sp_obj, "priorityClass", f"{sp_path}.priorityClass") or "",
+            schedule_timeout_seconds=r.int(
+                sp_obj, "scheduleTimeoutSeconds", f"{sp_path}.scheduleTimeoutSeconds"
+            ),
+        )
+    return RunPolicy(
+        clean_pod_policy=r.str(rp, "cleanPodPolicy", f"{p}.cleanPodPolicy"),
+        ttl_seconds_after_finished=r.int(rp, "ttlSecondsAfterFinished", f"{p}.ttlSecondsAfterFinished"),
+        active_deadline_seconds=r.int(rp, "activeDeadlineSeconds", f"{p}.activeDeadlineSeconds", INT64_MAX),
+        backoff_limit=r.int(rp, "backoffLimit", f"{p}.backoffLimit"),
+        scheduling_policy=sp,
+        suspend=r.bool(rp, "suspend", f"{p}.suspend"),
+        managed_by=r.str(rp, "managedBy", f"{p}.managedBy"),
+    )
+
+
+def load_yaml(text: str) -> object:
+    """One YAML document; a syntax error becomes a ValidationError."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationError([FieldError("<yaml>", str(exc).replace("\n", " "))]) from None
+
+
+def parse_mpijob(obj: object) -> MPIJob:
+    """Parse, apply defaults and validate; raises ValidationError listing every problem."""
+    from render.defaults import apply_defaults
+    from render.validation import validate
+
+    if isinstance(obj, MPIJob):
+        return obj
+    job, errors = read_mpijob(obj)
+    if job is None:
+        raise ValidationError(errors)
+    job = apply_defaults(job)
+    errors += validate(job)
+    if errors:
+        raise ValidationError(errors)
+    return job

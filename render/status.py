@@ -1,0 +1,281 @@
+"""The pure status function: conditions, replica statuses, start and completion times."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from render import conditions as cond
+from render import names
+from render.api import Config, MPIJob, managed_externally
+from render.errors import ValidationError
+from render.jsonutil import clone
+from render.observed import JobView, Observed, condition, condition_true, phase, view
+from render.parse import parse_mpijob
+from render.timeutil import format_time, parse_time
+
+MAX_MESSAGE = 1024
+
+REASON_CREATED = "MPIJobCreated"
+REASON_RUNNING = "MPIJobRunning"
+REASON_RESTARTING = "MPIJobRestarting"
+REASON_SUCCEEDED = "MPIJobSucceeded"
+REASON_FAILED = "MPIJobFailed"
+REASON_SUSPENDED = "MPIJobSuspended"
+REASON_RESUMED = "MPIJobResumed"
+REASON_EVICTED = "MPIJobEvicted"
+REASON_DEADLINE = "DeadlineExceeded"
+REASON_VALIDATION = "ValidationError"
+REASON_EXISTS = "ErrResourceExists"
+
+
+def truncate(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
+def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
+    """(kind, name) of every child the job may own; another controller's object with one is a conflict."""
+    wanted = [
+        ("Service", job.name),
+        ("ConfigMap", names.config_name(job.name)),
+        ("Secret", names.ssh_secret_name(job.name)),
+        ("Job", names.launcher_name(job.name)),
+    ]
+    if config.gang_scheduling:
+        wanted.append(("PodGroup", job.name))
+    wanted += [("Pod", names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
+    return wanted
+
+
+def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config) -> dict[str, Any]:
+    """The `.status` the job should have now, computed from its current `.status` and the observed world."""
+    raw = mpijob.raw if isinstance(mpijob, MPIJob) else mpijob
+    if not isinstance(mpijob, MPIJob) and not isinstance(mpijob, Mapping):
+        parse_mpijob(mpijob)  # raises ValidationError
+    old = mpijob.status if isinstance(mpijob, MPIJob) else raw.get("status")
+    st: dict[str, Any] = clone(old) if isinstance(old, Mapping) else {}
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
+    managed_by = run_policy.get("managedBy") if isinstance(run_policy, Mapping) else None
+    if isinstance(managed_by, str) and managed_externally(managed_by):
+        return st  # another controller owns the status
+    now = format_time(observed.now)
+    try:
+        job = parse_mpijob(mpijob)
+    except ValidationError as exc:
+        return _invalid(raw, st, exc, now)
+    return _compute(job, observed, config, st, now)
+
+
+def _meta(raw: Mapping[str, Any]) -> tuple[str, str]:
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _invalid(raw: Mapping[str, Any], st: dict[str, Any], exc: ValidationError, now: str) -> dict[str, Any]:
+    namespace, name = _meta(raw)
+    conds = cond.clean(st.get("conditions"))
+    if cond.is_finished(conds):
+        st["conditions"] = conds
+        return st
+    if not conds:
+        conds = cond.set_condition(
+            conds, cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {namespace}/{name} is created.", now
+        )
+    message = truncate("Found validation errors: " + "; ".join(exc.lines()))
+    conds = cond.set_condition(conds, cond.FAILED, cond.TRUE, REASON_VALIDATION, message, now)
+    st["conditions"] = conds
+    st.setdefault("completionTime", now)
+    return st
+
+
+def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any], now: str) -> dict[str, Any]:
+    ns_name = f"{job.namespace}/{job.name}"
+    conds = cond.clean(st.get("conditions"))
+    v = view(observed, job, wanted_names(job, config))
+
+    def setc(ctype: str, status: str, reason: str, message: str) -> None:
+        nonlocal conds
+        conds = cond.set_condition(conds, ctype, status, reason, message, now)
+
+    if not conds:
+        setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
+    if v.conflicts:
+        kind, name = v.conflicts[0]
+        setc(
+            cond.CREATED,
+            cond.FALSE,
+            REASON_EXISTS,
+            f'Resource "{name}" of Kind "{kind}" already exists and is not managed by MPIJob',
+        )
+    elif not cond.is_true(conds, cond.CREATED):
+        setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
+    st["replicaStatuses"] = replica_statuses(job, v)
+
+    if cond.is_finished(conds):
+        st["conditions"] = conds
+        st.setdefault("completionTime", now)  # older writers may have left it unset (upstream #647)
+        return st
+
+    if job.suspended:
+        setc(cond.SUSPENDED, cond.TRUE, REASON_SUSPENDED, "MPIJob suspended")
+        setc(cond.RUNNING, cond.FALSE, REASON_SUSPENDED, f"MPIJob {ns_name} is suspended.")
+    else:
+        if cond.is_true(conds, cond.SUSPENDED):
+            setc(cond.SUSPENDED, cond.FALSE, REASON_RESUMED, "MPIJob resumed")
+            st["startTime"] = now  # the deadline restarts on resume, as for a Job
+        st.setdefault("startTime", now)
+
+    launcher = v.launcher
+    if launcher is not None and condition_true(launcher, "Complete"):
+        setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
+        completion = parse_time((launcher.get("status") or {}).get("completionTime"))
+        st["completionTime"] = format_time(completion) if completion else now
+    elif launcher is not None and condition_true(launcher, "Failed"):
+        reason, message = launcher_failure(job, launcher, v)
+        setc(cond.FAILED, cond.TRUE, reason, message)
+        st.setdefault("completionTime", now)
+    elif not job.suspended and deadline_passed(job, st, observed):
+        message = f"MPIJob {ns_name} was active longer than specified deadline"
+        setc(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
+        st.setdefault("completionTime", now)
+    elif not job.suspended:
+        _running_or_restarting(job, v, ns_name, setc)
+
+    if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
+        # upstream #787: a finished job always shows Running, dated at completion.
+        conds.append(
+            {
+                "type": cond.RUNNING,
+                "status": cond.FALSE,
+                "reason": REASON_RUNNING,
+                "message": f"MPIJob {ns_name} is finished but Running condition was never set.",
+                "lastUpdateTime": st["completionTime"],
+                "lastTransitionTime": st["completionTime"],
+            }
+        )
+    st["conditions"] = conds
+    return st
+
+
+def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> None:
+    replicas = job.worker_replicas
+    workers = {i: p for i, p in v.workers.items() if i < replicas}
+    evicted = sorted(i for i, p in workers.items() if phase(p) == "Failed" and _pod_reason(p) == "Evicted")
+    failed = sorted(i for i, p in workers.items() if phase(p) == "Failed" and i not in evicted)
+    running_launchers = [p for p in v.launcher_pods if phase(p) == "Running"]
+    failed_launchers = [p for p in v.launcher_pods if phase(p) == "Failed"]
+    if evicted:
+        setc(cond.RESTARTING, cond.TRUE, REASON_EVICTED, f"{len(evicted)}/{replicas} workers are evicted")
+    elif failed:
+        pods = ", ".join(names.worker_name(job.name, i) for i in failed)
+        setc(
+            cond.RESTARTING,
+            cond.TRUE,
+            REASON_RESTARTING,
+            truncate(f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"),
+        )
+    elif v.launcher is not None and failed_launchers and not running_launchers:
+        pod = newest(failed_launchers)
+        setc(
+            cond.RESTARTING,
+            cond.TRUE,
+            REASON_RESTARTING,
+            truncate(f"MPIJob {ns_name} is restarting: {pod_failure(pod)[1]}"),
+        )
+    elif v.launcher is not None and running_launchers:
+        running_workers = sum(1 for p in workers.values() if phase(p) == "Running")
+        if running_workers == replicas:
+            setc(cond.RUNNING, cond.TRUE, REASON_RUNNING, f"MPIJob {ns_name} is running.")
+
+
+def deadline_passed(job: MPIJob, st: Mapping[str, Any], observed: Observed) -> bool:
+    moment = deadline(job, st)
+    return moment is not None and moment <= observed.now
+
+
+def deadline(job: MPIJob, st: Mapping[str, Any]) -> Any:
+    ads = job.spec.run_policy.active_deadline_seconds
+    start = parse_time(st.get("startTime"))
+    if ads is None or start is None:
+        return None
+    return start + timedelta(seconds=ads)
+
+
+def _pod_reason(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("reason") or "")
+
+
+def newest(pods: list[dict[str, Any]]) -> dict[str, Any]:
+    def key(p: Mapping[str, Any]) -> tuple[str, str]:
+        meta = p.get("metadata") or {}
+        return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+    return max(pods, key=key)
+
+
+def pod_failure(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(reason, message) of a failed pod: the pod's own reason (Evicted, ...) or its failed container's
+    (OOMKilled, Error), and which container exited with which code."""
+    status = pod.get("status") or {}
+    name = (pod.get("metadata") or {}).get("name", "")
+    reason = str(status.get("reason") or "")
+    detail = ""
+    for cs in status.get("containerStatuses") or ():
+        if not isinstance(cs, Mapping):
+            continue
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if isinstance(term, Mapping) and term.get("exitCode", 0) != 0:
+            treason = str(term.get("reason") or "")
+            detail = f"container {cs.get('name', '')} exited with code {term.get('exitCode')}"
+            if treason:
+                detail += f" ({treason})"
+            reason = reason or treason
+            break
+    message = f"pod {name} failed"
+    if detail:
+        message = f"pod {name} {detail}"
+    if status.get("message"):
+        message += f": {status['message']}"
+    return reason, message
+
+
+def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tuple[str, str]:
+    """The launcher Job's failure reason, with the newest failed launcher pod's reason rolled up."""
+    jc = condition(launcher, "Failed") or {}
+    reason = str(jc.get("reason") or REASON_FAILED)
+    message = str(jc.get("message") or f"MPIJob {job.namespace}/{job.name} has failed")
+    failed = [p for p in v.launcher_pods if phase(p) == "Failed"]
+    if failed:
+        pod_reason, pod_message = pod_failure(newest(failed))
+        if pod_reason:
+            reason += "/" + pod_reason
+        message += ": " + pod_message
+    return reason, truncate(message)
+
+
+def replica_statuses(job: MPIJob, v: JobView) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    launcher: dict[str, Any] = {}
+    if v.launcher is not None:
+        active = sum(1 for p in v.launcher_pods if phase(p) == "Running")
+        failed = (v.launcher.get("status") or {}).get("failed") or 0
+        failed = failed if isinstance(failed, int) and not isinstance(failed, bool) else 0
+        succeeded = 1 if condition_true(v.launcher, "Complete") else 0
+        for key, value in (("active", active), ("failed", failed), ("succeeded", succeeded)):
+            if value:
+                launcher[key] = value
+    launcher["selector"] = names.selector_string(names.role_selector(job.name, names.ROLE_LAUNCHER))
+    out[names.LAUNCHER] = launcher
+    if job.worker is not None:
+        worker: dict[str, Any] = {}
+        phases = [phase(p) for p in v.workers.values()]
+        for key, ph in (("active", "Running"), ("failed", "Failed"), ("succeeded", "Succeeded")):
+            count = phases.count(ph)
+            if count:
+                worker[key] = count
+        worker["selector"] = names.selector_string(names.role_selector(job.name, names.ROLE_WORKER))
+        out[names.WORKER] = worker
+    return out

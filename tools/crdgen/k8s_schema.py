@@ -70,10 +70,14 @@ def _ref_name(ref: str) -> str:
     return ref[len(REF_PREFIX) :]
 
 
-def _is_meaningful_default(value: object) -> bool:
-    # openapi-gen writes the Go zero value as "default" on every required field; only explicit
-    # `+default=` markers (TCP, ext4, ...) carry a real default, and they are never zero values.
-    return not (value in ("", 0, {}, []) or value is False)
+def _is_meaningful_default(value: object, optional: bool) -> bool:
+    # openapi-gen writes the Go zero value as "default" on every required field and {} on every embedded
+    # struct; neither is a real default. Explicit `+default=` markers are kept: non-zero ones (TCP, ext4)
+    # and zero scalars on optional fields (LocalObjectReference.name: "", a list-map key that the API
+    # server requires to be required or defaulted).
+    if value in ({}, []):
+        return False
+    return optional or not (value in ("", 0) or value is False)
 
 
 class Converter:
@@ -113,8 +117,11 @@ class Converter:
             out.pop("required", None)
         return out
 
-    def convert(self, node: Mapping[str, Any], path: str) -> dict[str, Any]:
-        """Converts one schema node; `path` only serves error messages."""
+    def convert(self, node: Mapping[str, Any], path: str, *, optional: bool = False) -> dict[str, Any]:
+        """Converts one schema node; `path` only serves error messages.
+
+        `optional`: the node is a property its parent does not list as required.
+        """
         if "$ref" in node:
             return self.named(_ref_name(node["$ref"]))
         if "allOf" in node:
@@ -124,20 +131,24 @@ class Converter:
             if "description" in node:
                 out["description"] = node["description"]
             rest = {k: v for k, v in node.items() if k not in ("allOf", "description")}
-            out.update(self.convert(rest, path) if rest else {})
+            out.update(self.convert(rest, path, optional=optional) if rest else {})
             return out
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in DROPPED_KEYS:
                 continue
             if key == "default":
-                if _is_meaningful_default(value):
+                if _is_meaningful_default(value, optional):
                     out["default"] = value
             elif key == "format":
                 if value in CRD_FORMATS:
                     out["format"] = value
             elif key == "properties":
-                out["properties"] = {p: self.convert(value[p], f"{path}.{p}") for p in sorted(value, key=str)}
+                required = set(node.get("required", []))
+                out["properties"] = {
+                    p: self.convert(value[p], f"{path}.{p}", optional=p not in required)
+                    for p in sorted(value, key=str)
+                }
             elif key == "items":
                 out["items"] = self.convert(value, f"{path}[]")
             elif key == "additionalProperties":

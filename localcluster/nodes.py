@@ -39,9 +39,26 @@ def node_manifest(index: int, capacity: dict[str, str] | None = None) -> dict:
     }
 
 
+# Spelled out: kwok v0.8 does not apply its defaults to a KwokConfiguration read from --config.
+_KWOK_CONFIGURATION = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 4
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  enableDebuggingHandlers: false
+  enableProfilingHandler: false
+  enableContentionProfiling: false
+"""
+
+
 def write_kwok_config(path: Path, stages_dir: Path) -> Path:
     """kwok v0.8 needs its stages in --config: a KwokConfiguration followed by every stage file."""
-    docs = ["apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"]
+    docs = [_KWOK_CONFIGURATION]
     stage_files = sorted(stages_dir.glob("*.yaml"))
     if not stage_files:
         raise FileNotFoundError(f"no kwok stages in {stages_dir}")

@@ -112,7 +112,7 @@ def spawn(name: str, argv: list[str], log: Path, *, detached: bool) -> Proc:
     Attached processes die with this Python process; detached ones outlive it (stopped via the state dir).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
+    with log.open("wb") as out:
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,83 @@
+"""MPIJobs for the L3 scenarios, written the way a user writes them (upstream's pi examples)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.mpi.images import IMAGES
+
+NS = "l3"
+
+
+def mpijob(
+    name: str,
+    image: str,
+    *,
+    impl: str = "OpenMPI",
+    workers: int | None = 2,
+    slots: int = 2,
+    ranks: int = 4,
+    launcher_as_worker: bool = False,
+    policy: str | None = None,
+    worker_command: list[str] | None = None,
+    readiness_port: int | None = None,
+    backoff_limit: int | None = None,
+) -> dict[str, Any]:
+    img = IMAGES[image]
+    root = img.user == "root"
+    sec: dict[str, Any] = {} if root else {"securityContext": {"runAsUser": img.uid}}
+    mpirun = ["mpirun", "-n", str(ranks)]
+    if root and impl == "OpenMPI":
+        mpirun.append("--allow-run-as-root")
+    launcher = {
+        "name": "launcher",
+        "image": image,
+        **sec,
+        "command": mpirun[:1],
+        "args": [*mpirun[1:], img.probe],
+    }
+    sshd = (
+        ["/usr/sbin/sshd", "-De"] if root else ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+    )
+    worker: dict[str, Any] = {"name": "worker", "image": image, **sec}
+    if worker_command is not None:
+        worker["command"] = worker_command
+    elif not root:
+        worker.update(command=sshd[:1], args=sshd[1:])
+    # root workers: no command, so the operator defaults it to `sshd -De`
+    if readiness_port is not None:
+        worker["readinessProbe"] = {"tcpSocket": {"port": readiness_port}, "periodSeconds": 1}
+    spec: dict[str, Any] = {
+        "slotsPerWorker": slots,
+        "mpiImplementation": impl,
+        "runPolicy": {"cleanPodPolicy": "Running"},
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
+        },
+    }
+    if backoff_limit is not None:
+        spec["runPolicy"]["backoffLimit"] = backoff_limit
+    if workers:
+        spec["mpiReplicaSpecs"]["Worker"] = {
+            "replicas": workers,
+            "template": {"spec": {"containers": [worker]}},
+        }
+    if not root:
+        spec["sshAuthMountPath"] = "/home/mpiuser/.ssh"
+    if launcher_as_worker:
+        spec["runLauncherAsWorker"] = True
+    if policy is not None:
+        spec["launcherCreationPolicy"] = policy
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def sshd_argv(image: str) -> list[str]:
+    root = IMAGES[image].user == "root"
+    return (
+        ["/usr/sbin/sshd", "-De"] if root else ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+    )

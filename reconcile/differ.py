@@ -1,0 +1,149 @@
+"""plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes, not MPI.
+
+Rules (docs/architecture.md, DESIGN §3):
+
+1. Identity is (API group, kind, namespace, name); the version is not part of it.
+2. Only objects whose controller ownerReference has ``owner_uid`` are patched or deleted. A wanted name
+   held by any other object is a ``Conflict``, never touched.
+3. An owned live object that is not desired is deleted, with its UID as precondition; one that is already
+   being deleted is left alone (and a desired one becomes a ``Wait``).
+4. No patch when live already holds what we render (``semantics.holds``), compared only on the paths the
+   kind's policy lets us change; the patch body is the desired object restricted to those paths.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jsonpatch
+
+from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
+from reconcile.policy import KindPolicy, Policy
+from reconcile.semantics import MISSING, get_path, mask, normalise_desired, project, set_path, strict_equal
+
+log = logging.getLogger(__name__)
+
+_IDENTITY = ("apiVersion", "kind", "metadata.name", "metadata.namespace")
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str:
+    """UID of the object's controller ownerReference, "" if it has none."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") is True:
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def plan(
+    desired: Iterable[Mapping[str, Any]], live: Iterable[Mapping[str, Any]], policy: Policy, owner_uid: str
+) -> Plan:
+    if not owner_uid:
+        raise ValueError("owner_uid is required: without it every object would look foreign or ours")
+    live_by_key: dict[ObjectKey, Mapping[str, Any]] = {}
+    for obj in live:
+        live_by_key.setdefault(ObjectKey.of(obj), obj)
+
+    creates: list[tuple[int, int, Create]] = []
+    patches: list[Patch] = []
+    conflicts: list[Conflict] = []
+    waits: list[Wait] = []
+    wanted: set[ObjectKey] = set()
+    for index, raw in enumerate(desired):
+        want = normalise_desired(raw)
+        key = ObjectKey.of(want)
+        if key in wanted:
+            raise ValueError(f"desired objects hold {key} twice")
+        wanted.add(key)
+        have = live_by_key.get(key)
+        if have is None:
+            creates.append((policy.rank(key.kind), index, Create(key, want["apiVersion"], want)))
+            continue
+        meta = have.get("metadata") or {}
+        holder = controller_uid(have)
+        if holder != owner_uid:
+            conflicts.append(Conflict(key, str(have.get("apiVersion", "")), str(meta.get("uid", "")), holder))
+        elif meta.get("deletionTimestamp"):
+            waits.append(Wait(key, str(meta.get("uid", ""))))
+        else:
+            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind))
+            if patch is not None:
+                patches.append(patch)
+
+    deletes = [
+        Delete(key, str(obj.get("apiVersion", "")), str(obj["metadata"].get("uid", "")))
+        for key, obj in live_by_key.items()
+        if key not in wanted
+        and controller_uid(obj) == owner_uid
+        and not obj["metadata"].get("deletionTimestamp")
+    ]
+    deletes.sort(key=lambda d: (-policy.rank(d.key.kind), d.key))
+    creates.sort(key=lambda c: (c[0], c[1]))
+    return Plan(
+        creates=tuple(c for _, _, c in creates),
+        patches=tuple(patches),
+        deletes=tuple(deletes),
+        conflicts=tuple(conflicts),
+        waits=tuple(waits),
+    )
+
+
+def _patch(
+    key: ObjectKey, want: dict[str, Any], have: Mapping[str, Any], kind_policy: KindPolicy
+) -> Patch | None:
+    if kind_policy.mode == "patch":
+        paths: tuple[str, ...] = ()
+        compared = want
+    else:
+        paths = _mutable_paths(kind_policy, want, have)
+        compared = project(want, (*_IDENTITY, *paths))
+    # The version is not compared: identity is by group, and the caller may read another version.
+    compared_fields = {k: v for k, v in compared.items() if k != "apiVersion"}
+    seen = mask(compared_fields, have)
+    if strict_equal(seen, compared_fields):
+        return None
+    ops = tuple(jsonpatch.make_patch(seen if seen is not MISSING else {}, compared_fields).patch)
+    if log.isEnabledFor(logging.DEBUG):
+        from deepdiff import DeepDiff  # only for the explanation
+
+        log.debug("drift in %s: %s", key, DeepDiff(seen, compared_fields, verbose_level=2).to_json())
+    body = compared if not paths else _apply_body(compared, want, have, kind_policy, paths)
+    uid = str((have.get("metadata") or {}).get("uid", ""))
+    return Patch(key, want["apiVersion"], uid, body, ops, paths)
+
+
+def _mutable_paths(
+    kind_policy: KindPolicy, want: Mapping[str, Any], have: Mapping[str, Any]
+) -> tuple[str, ...]:
+    paths = list(kind_policy.mutable_paths)
+    for rule in kind_policy.conditional:
+        if rule.active(have, want):
+            paths.extend(rule.paths)
+    return tuple(dict.fromkeys(paths))
+
+
+def _apply_body(
+    compared: dict[str, Any],
+    want: Mapping[str, Any],
+    have: Mapping[str, Any],
+    kind_policy: KindPolicy,
+    paths: tuple[str, ...],
+) -> dict[str, Any]:
+    """The apply body: ``compared`` plus live's value for rendered paths that are immutable right now.
+
+    Server-side apply removes fields our manager applied before but leaves out now. A conditional path
+    we applied while it was mutable (e.g. a suspended Job's template nodeSelector) must therefore be
+    sent again, unchanged, once it is immutable, or the server would try to remove it and reject the
+    whole request.
+    """
+    body = copy.deepcopy(compared)
+    for rule in kind_policy.conditional:
+        for path in rule.paths:
+            if path in paths or get_path(want, path) is MISSING:
+                continue
+            current = get_path(have, path)
+            if current is not MISSING:
+                set_path(body, path, current)
+    return body

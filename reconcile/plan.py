@@ -1,0 +1,178 @@
+"""A Plan: the creates, patches and deletes that move live objects to the desired ones. Plain data.
+
+Printable (``str(plan)``), serialisable (``plan.to_dict()``), comparable with ``==`` in tests; an empty
+plan is falsy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+@attrs.frozen(order=True)
+class ObjectKey:
+    """Identity of an object: API group (not version), kind, namespace ("" if cluster-scoped), name."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectKey:
+        meta = obj.get("metadata") or {}
+        return cls(
+            _group(str(obj.get("apiVersion", ""))),
+            str(obj.get("kind", "")),
+            str(meta.get("namespace") or ""),
+            str(meta.get("name", "")),
+        )
+
+    def __str__(self) -> str:
+        kind = f"{self.kind}.{self.group}" if self.group else self.kind
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{kind} {where}"
+
+
+@attrs.frozen
+class Create:
+    key: ObjectKey
+    api_version: str
+    body: dict[str, Any] = attrs.field(eq=True, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": "create",
+            "object": str(self.key),
+            "apiVersion": self.api_version,
+            "body": self.body,
+        }
+
+    def __str__(self) -> str:
+        return f"create {self.key}"
+
+
+@attrs.frozen
+class Patch:
+    """A server-side apply of ``body`` (the desired object restricted to the paths we may change).
+
+    ``json_patch`` describes the drift (RFC 6902, from live-as-we-see-it to desired) for logs and tests;
+    ``uid`` is the live object's, ``paths`` the policy paths the body covers.
+    """
+
+    key: ObjectKey
+    api_version: str
+    uid: str
+    body: dict[str, Any] = attrs.field(repr=False)
+    json_patch: tuple[dict[str, Any], ...]
+    paths: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": "patch",
+            "object": str(self.key),
+            "apiVersion": self.api_version,
+            "uid": self.uid,
+            "jsonPatch": list(self.json_patch),
+            "body": self.body,
+        }
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{op['op']} {op['path']}" for op in self.json_patch)
+        return f"patch {self.key}: {ops}"
+
+
+@attrs.frozen
+class Delete:
+    """Delete with ``preconditions.uid``: a same-named successor object is never hit."""
+
+    key: ObjectKey
+    api_version: str
+    uid: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": "delete", "object": str(self.key), "apiVersion": self.api_version, "uid": self.uid}
+
+    def __str__(self) -> str:
+        return f"delete {self.key} (uid {self.uid})"
+
+
+@attrs.frozen
+class Conflict:
+    """A wanted name held by an object we do not control; never touched."""
+
+    key: ObjectKey
+    api_version: str
+    holder_uid: str  # the live object's UID
+    controller_uid: str  # its controller's UID, "" if it has no controller
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": "conflict",
+            "object": str(self.key),
+            "apiVersion": self.api_version,
+            "uid": self.holder_uid,
+            "controllerUid": self.controller_uid,
+        }
+
+    def __str__(self) -> str:
+        by = f"controller {self.controller_uid}" if self.controller_uid else "no controller"
+        return f"conflict {self.key}: held by uid {self.holder_uid} ({by})"
+
+
+@attrs.frozen
+class Wait:
+    """A wanted object of ours that is being deleted: recreate it after it is gone."""
+
+    key: ObjectKey
+    uid: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": "wait", "object": str(self.key), "uid": self.uid}
+
+    def __str__(self) -> str:
+        return f"wait {self.key}: being deleted (uid {self.uid})"
+
+
+@attrs.frozen
+class Plan:
+    creates: tuple[Create, ...] = ()
+    patches: tuple[Patch, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    waits: tuple[Wait, ...] = ()
+
+    @property
+    def entries(self) -> tuple[Create | Patch | Delete | Conflict | Wait, ...]:
+        return (*self.creates, *self.patches, *self.deletes, *self.conflicts, *self.waits)
+
+    @property
+    def writes(self) -> int:
+        return len(self.creates) + len(self.patches) + len(self.deletes)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "creates": [e.to_dict() for e in self.creates],
+            "patches": [e.to_dict() for e in self.patches],
+            "deletes": [e.to_dict() for e in self.deletes],
+            "conflicts": [e.to_dict() for e in self.conflicts],
+            "waits": [e.to_dict() for e in self.waits],
+        }
+
+    def __str__(self) -> str:
+        if not self:
+            return "plan: no changes"
+        return "\n".join(["plan:", *(f"  {entry}" for entry in self.entries)])

@@ -1,0 +1,132 @@
+"""Per-kind update policy: which fields of an existing object the differ may change. Plain data.
+
+* ``patch``: the whole rendered object is applied in place (ConfigMap, Service, PodGroup).
+* ``create-only``: after creation only ``mutable_paths`` may be applied; drift anywhere else is
+  ignored, never "fixed" by delete and recreate (Pods, Secrets).
+* ``conditional`` rules add paths that are mutable only while the *live* object is in some state,
+  e.g. a batch/v1 Job's pod-template scheduling directives while it is suspended and not started.
+
+The controller passes a ``Policy`` to ``plan``; ``DEFAULT_POLICY`` holds Kubernetes' own rules for the
+kinds an operator typically owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from reconcile.semantics import MISSING, get_path, is_zero
+
+Mode = Literal["patch", "create-only"]
+
+METADATA_PATHS: Final = ("metadata.labels", "metadata.annotations")
+
+
+@attrs.frozen
+class PathIs:
+    """A predicate on one field: ``value`` given -> equal to it; else true-ish / absent as asked."""
+
+    path: str
+    value: Any = True
+    absent: bool = False
+
+    def __call__(self, obj: Mapping[str, Any]) -> bool:
+        got = get_path(obj, self.path)
+        if self.absent:
+            return got is MISSING or is_zero(got)
+        return got is not MISSING and type(got) is type(self.value) and got == self.value
+
+
+@attrs.frozen
+class MutableWhen:
+    """``paths`` are mutable while every predicate holds on the live object.
+
+    ``or_desired``: also when every predicate holds on the desired object (the write itself enters the
+    state). Off for Jobs: the API server judges the *old* object, so a patch that suspends a Job and
+    changes its template in one request is rejected.
+    """
+
+    when: tuple[PathIs, ...]
+    paths: tuple[str, ...]
+    or_desired: bool = False
+
+    def active(self, live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+        if all(p(live) for p in self.when):
+            return True
+        return self.or_desired and all(p(desired) for p in self.when)
+
+
+@attrs.frozen
+class KindPolicy:
+    mode: Mode = "patch"
+    mutable_paths: tuple[str, ...] = ()
+    conditional: tuple[MutableWhen, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in ("patch", "create-only"):
+            raise ValueError(f"unknown policy mode {self.mode!r}")
+
+
+PATCH: Final = KindPolicy("patch")
+CREATE_ONLY: Final = KindPolicy("create-only", METADATA_PATHS)
+
+
+@attrs.frozen
+class Policy:
+    """Per-kind policies keyed by (API group, kind); ``default`` for kinds not listed."""
+
+    kinds: Mapping[tuple[str, str], KindPolicy] = attrs.field(factory=dict)
+    default: KindPolicy = PATCH
+    # Create order (lower first) by kind; deletes run in the reverse order. Unlisted kinds go last.
+    order: tuple[str, ...] = ()
+
+    def for_kind(self, group: str, kind: str) -> KindPolicy:
+        return self.kinds.get((group, kind), self.default)
+
+    def rank(self, kind: str) -> int:
+        return self.order.index(kind) if kind in self.order else len(self.order)
+
+
+_JOB_TEMPLATE: Final = "spec.template"
+JOB_POLICY: Final = KindPolicy(
+    "create-only",
+    (*METADATA_PATHS, "spec.suspend"),
+    (
+        MutableWhen(
+            # The API server's rule (batch Job strategy): suspended and never started.
+            when=(PathIs("spec.suspend", True), PathIs("status.startTime", absent=True)),
+            paths=(
+                f"{_JOB_TEMPLATE}.metadata.labels",
+                f"{_JOB_TEMPLATE}.metadata.annotations",
+                f"{_JOB_TEMPLATE}.spec.nodeSelector",
+                f"{_JOB_TEMPLATE}.spec.tolerations",
+                f"{_JOB_TEMPLATE}.spec.schedulingGates",
+            ),
+        ),
+    ),
+)
+
+DEFAULT_POLICY: Final = Policy(
+    kinds={
+        ("", "ConfigMap"): PATCH,
+        ("", "Service"): PATCH,
+        ("scheduling.volcano.sh", "PodGroup"): PATCH,
+        ("scheduling.x-k8s.io", "PodGroup"): PATCH,
+        ("", "Pod"): CREATE_ONLY,
+        ("", "Secret"): CREATE_ONLY,
+        ("batch", "Job"): JOB_POLICY,
+    },
+    order=(
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "PodGroup",
+        "Pod",
+        "Job",
+    ),
+)

@@ -1,0 +1,194 @@
+"""Does the live object already hold what we render? Kubernetes comparison semantics on plain dicts.
+
+The central function is ``mask(desired, live)``: the live object seen through the shape of the desired
+one. Where live holds a value equal to ours under Kubernetes semantics, the mask carries *our* value;
+where it differs it carries live's; where live lacks it the key is left out. So
+``strict_equal(mask(d, l), d)`` decides "no write needed", and ``jsonpatch.make_patch(mask(d, l), d)``
+describes exactly the drift. The rules:
+
+* maps are subsets: keys only live has (server defaults, webhooks, other writers) are ignored;
+* a desired zero value (``None``, ``False``, ``0``, ``""``, ``[]``, ``{}``) equals an absent live field,
+  because the API server drops them;
+* lists follow their merge type (``semantics_lists``): list-maps by key and in any order, sets as sets,
+  atomic lists whole and in order (items compared as subsets, as the server may default inside them);
+* quantities compare by value (``1000m == 1``, ``1Gi == 1073741824``, ``0.5 == 500m``), parsed with the
+  official client's ``kubernetes.utils.parse_quantity``;
+* numbers compare by value across int/float (``420 == 420.0``: JSON has one number type), but never
+  across types otherwise: ``True != 1`` and an int-or-string ``8080 != "8080"`` (the API keeps both).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Final
+
+from kubernetes.utils import parse_quantity
+
+from reconcile.semantics_lists import item_key, list_type
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+
+# Scalars directly under a map with one of these names are quantities (ResourceList and friends).
+_QUANTITY_MAPS: Final = frozenset(
+    {"limits", "requests", "overhead", "minResources", "hard", "capacity", "allocatable"}
+)
+_QUANTITY_FIELDS: Final = frozenset({"sizeLimit"})
+
+
+def is_zero(value: Any) -> bool:
+    """True for values the API server stores as "absent" (recursively for maps)."""
+    if value is None or value is False or value == "" or value == []:
+        return True
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value == 0
+    if isinstance(value, Mapping):
+        return all(is_zero(v) for v in value.values())
+    return False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _quantity(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    try:
+        # str() first: Decimal(0.1) would carry the binary float error into the comparison.
+        return parse_quantity(str(value) if isinstance(value, float) else value)
+    except ValueError:
+        return None
+
+
+def is_quantity_path(path: Sequence[str]) -> bool:
+    if not path:
+        return False
+    return path[-1] in _QUANTITY_FIELDS or (len(path) > 1 and path[-2] in _QUANTITY_MAPS)
+
+
+def scalar_equal(desired: Any, live: Any, path: Sequence[str] = ()) -> bool:
+    """Equality of two leaf values at ``path`` under Kubernetes semantics."""
+    if is_quantity_path(path):
+        d, l_ = _quantity(desired), _quantity(live)
+        if d is not None and l_ is not None:
+            return d == l_
+    if _is_number(desired) and _is_number(live):
+        return desired == live
+    return type(desired) is type(live) and desired == live
+
+
+def strict_equal(a: Any, b: Any) -> bool:
+    """Structural equality that, unlike ``==``, tells ``True`` from ``1`` and ``1`` from ``1.0``."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def mask(desired: Any, live: Any, path: tuple[str, ...] = ()) -> Any:
+    """Live seen through desired's shape (see the module docstring); MISSING where live lacks it."""
+    if live is None or live is MISSING:
+        return desired if is_zero(desired) else MISSING
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return live
+        out: dict[str, Any] = {}
+        for key, want in desired.items():
+            got = mask(want, live.get(key), (*path, key))
+            if got is not MISSING:
+                out[key] = got
+        return out
+    if isinstance(desired, list):
+        if not isinstance(live, list):
+            return live
+        return _mask_list(desired, live, path)
+    return desired if scalar_equal(desired, live, path) else live
+
+
+def _mask_list(desired: list[Any], live: list[Any], path: tuple[str, ...]) -> list[Any]:
+    ltype = list_type(path)
+    if ltype.kind == "map":
+        by_key = {}
+        for item in live:
+            by_key.setdefault(item_key(item, ltype.keys), item)
+        out = []
+        for want in desired:
+            got = by_key.get(item_key(want, ltype.keys), MISSING)
+            if got is not MISSING:
+                out.append(mask(want, got, path))
+        return out
+    if ltype.kind == "set":
+        return [want for want in desired if any(scalar_equal(want, got, path) for got in live)]
+    if len(desired) != len(live):
+        return live
+    items = [mask(want, got, path) for want, got in zip(desired, live, strict=True)]
+    return live if any(item is MISSING for item in items) else items
+
+
+def holds(desired: Any, live: Any) -> bool:
+    """True when ``live`` already holds everything ``desired`` renders."""
+    return strict_equal(mask(desired, live), desired)
+
+
+def drop_nulls(value: Any) -> Any:
+    """A deep copy without ``None`` map values: the API server never stores them."""
+    if isinstance(value, Mapping):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def normalise_desired(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Desired object in the form the server stores: no nulls, Secret ``stringData`` folded into ``data``."""
+    out = drop_nulls(obj)
+    if out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and out.get("stringData"):
+        data = dict(out.get("data") or {})
+        for key, text in out.pop("stringData").items():
+            data[key] = base64.b64encode(str(text).encode()).decode()
+        out["data"] = data
+    return out
+
+
+# Dotted paths ("spec.template.spec.nodeSelector") address fields in policy rules.
+
+
+def split_path(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split(".")) if dotted else ()
+
+
+def get_path(obj: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = obj
+    for part in split_path(dotted):
+        if not isinstance(node, Mapping) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def set_path(obj: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = split_path(dotted)
+    node = obj
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def project(obj: Mapping[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``obj`` holding only the given dotted paths (those it has)."""
+    out: dict[str, Any] = {}
+    for dotted in paths:
+        value = get_path(obj, dotted)
+        if value is not MISSING:
+            set_path(out, dotted, value)
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import yaml
 from render import names
 from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from render.errors import FieldError, ValidationError
+from render.yamlio import Loader
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -66,6 +68,11 @@ class Reader:
         return value
 
 
+def quote(value: object) -> str:
+    """A value as Kubernetes quotes it in error messages."""
+    return json.dumps(value, default=str)
+
+
 def _type_name(value: object) -> str:
     if isinstance(value, bool):
         return "boolean"
@@ -87,10 +94,13 @@ def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:
         return None, [FieldError("<root>", f"Invalid value: {_type_name(obj)}: must be an object")]
     api_version = obj.get("apiVersion")
     if api_version is not None and api_version != names.API_VERSION:
-        r.error("apiVersion", f'Unsupported value: {api_version!r}: supported values: "{names.API_VERSION}"')
+        r.error(
+            "apiVersion",
+            f'Unsupported value: {quote(api_version)}: supported values: "{names.API_VERSION}"',
+        )
     kind = obj.get("kind")
     if kind is not None and kind != names.KIND:
-        r.error("kind", f'Unsupported value: {kind!r}: supported values: "{names.KIND}"')
+        r.error("kind", f'Unsupported value: {quote(kind)}: supported values: "{names.KIND}"')
     meta = r.map(obj, "metadata", "metadata") or {}
     name = r.str(meta, "name", "metadata.name") or ""
     namespace = r.str(meta, "namespace", "metadata.namespace") or ""
@@ -140,7 +150,10 @@ def _read_spec(r: Reader, spec: Mapping[str, Any]) -> MPIJobSpec:
         for rtype, raw in raw_specs.items():
             path = f"spec.mpiReplicaSpecs[{rtype}]"
             if rtype not in (names.LAUNCHER, names.WORKER):
-                r.error(path, f'Unsupported value: {rtype!r}: supported values: "Launcher", "Worker"')
+                r.error(
+                    path,
+                    f'Unsupported value: {quote(rtype)}: supported values: "Launcher", "Worker"',
+                )
                 continue
             if raw is None:
                 continue
@@ -204,7 +217,7 @@ def _read_run_policy(r: Reader, rp: Mapping[str, Any]) -> RunPolicy:
 def load_yaml(text: str) -> object:
     """One YAML document; a syntax error becomes a ValidationError."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=Loader)
     except yaml.YAMLError as exc:
         raise ValidationError([FieldError("<yaml>", str(exc).replace("\n", " "))]) from None
 
@@ -220,7 +233,9 @@ def parse_mpijob(obj: object) -> MPIJob:
     if job is None:
         raise ValidationError(errors)
     job = apply_defaults(job)
-    errors += validate(job)
+    # A field with a type error was read as unset; skip what validation says about that stand-in value.
+    bad = {e.path for e in errors}
+    errors += [e for e in validate(job) if e.path not in bad]
     if errors:
         raise ValidationError(errors)
     return job

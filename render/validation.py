@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,9 @@ MAX_DNS_SEARCHES = 32
 
 
 def _unsupported(value: object, allowed: tuple[str, ...]) -> str:
-    return f"Unsupported value: {value!r}: supported values: " + ", ".join(f'"{a}"' for a in allowed)
+    return f"Unsupported value: {json.dumps(value)}: supported values: " + ", ".join(
+        f'"{a}"' for a in allowed
+    )
 
 
 def validate(job: MPIJob) -> list[FieldError]:
@@ -43,7 +46,12 @@ def validate(job: MPIJob) -> list[FieldError]:
     if spec.slots_per_worker is None:
         errs.append(FieldError("spec.slotsPerWorker", "Required value: must have number of slots per worker"))
     elif spec.slots_per_worker < 0:
-        errs.append(FieldError("spec.slotsPerWorker", "must be greater than or equal to 0"))
+        errs.append(
+            FieldError(
+                "spec.slotsPerWorker",
+                f"Invalid value: {spec.slots_per_worker}: must be greater than or equal to 0",
+            )
+        )
     rp = spec.run_policy
     if rp.clean_pod_policy is None:
         errs.append(FieldError("spec.runPolicy.cleanPodPolicy", "Required value: must have clean Pod policy"))
@@ -57,7 +65,11 @@ def validate(job: MPIJob) -> list[FieldError]:
         ("backoffLimit", rp.backoff_limit),
     ):
         if value is not None and value < 0:
-            errs.append(FieldError(f"spec.runPolicy.{field}", "must be greater than or equal to 0"))
+            errs.append(
+                FieldError(
+                    f"spec.runPolicy.{field}", f"Invalid value: {value}: must be greater than or equal to 0"
+                )
+            )
     if rp.managed_by not in (None, "") and rp.managed_by not in MANAGED_BY:
         errs.append(FieldError("spec.runPolicy.managedBy", _unsupported(rp.managed_by, MANAGED_BY)))
     sp = rp.scheduling_policy
@@ -287,7 +299,9 @@ def _validate_resource_list(value: object, path: str, errs: list[FieldError]) ->
         if not isinstance(k, str) or not k:
             errs.append(FieldError(f"{path}[{k}]", "Invalid value: must be a resource name"))
         elif not quantity.is_valid(v):
-            errs.append(FieldError(f"{path}[{k}]", f"Invalid value: {v!r}: must be a quantity"))
+            errs.append(
+                FieldError(f"{path}[{k}]", f"Invalid value: {json.dumps(v, default=str)}: must be a quantity")
+            )
 
 
 def _validate_main_container(

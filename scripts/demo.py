@@ -1,0 +1,170 @@
+"""Run the operator on a local cluster with the pi example until it succeeds (see scripts/demo)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+
+from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "golden" / "openmpi-pi" / "mpijob.yaml"
+STATE_DIR = Path(tempfile.gettempdir()) / f"mpijob-demo-{os.getuid()}"
+OPERATOR_PID = STATE_DIR / "operator.pid"
+SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
+
+
+def say(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+def kubectl(cluster: LocalCluster, *args: str) -> None:
+    subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env()}, check=True)
+
+
+def start_operator(cluster: LocalCluster) -> None:
+    kubeconfig = cluster.write_user_kubeconfig(SA_USER)
+    log = (STATE_DIR / "operator.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconcile",
+            f"--kubeconfig={kubeconfig}",
+            "--monitoring-port=0",
+            "--log-format=text",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    OPERATOR_PID.write_text(f"{proc.pid}\n")
+    say(f"operator running as {SA_USER} (pid {proc.pid}, log {log.name})")
+
+
+def stop_operator() -> None:
+    if not OPERATOR_PID.exists():
+        return
+    pid = int(OPERATOR_PID.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    OPERATOR_PID.unlink(missing_ok=True)
+
+
+def load_example() -> dict:
+    job = yaml.safe_load(EXAMPLE.read_text())
+    # The golden case pins a uid for its ownerReferences; the API server assigns the real one.
+    job["metadata"] = {"name": job["metadata"]["name"], "namespace": "default"}
+    return job
+
+
+def describe(job: dict, pods: list[dict]) -> str:
+    conds = [c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
+    parts = [f"{p['metadata']['name']} {p.get('status', {}).get('phase', '?')}" for p in pods]
+    return f"conditions: {', '.join(conds) or '-'} | pods: {', '.join(parts) or '-'}"
+
+
+def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> tuple[bool, str]:
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    began = time.monotonic()
+    last = ""
+    while time.monotonic() - began < timeout:
+        job = custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs", name)
+        pods = api.sanitize_for_serialization(
+            core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={name}").items
+        )
+        line = describe(job, sorted(pods, key=lambda p: p["metadata"]["name"]))
+        if line != last:
+            print(f"[{time.monotonic() - began:6.1f}s] {line}", flush=True)
+            last = line
+        for cond in job.get("status", {}).get("conditions", []):
+            if cond["type"] in ("Succeeded", "Failed") and cond["status"] == "True":
+                return cond["type"] == "Succeeded", f"{cond['type']}: {cond.get('message', '')}"
+        time.sleep(0.5)
+    return False, f"timed out after {timeout:.0f}s"
+
+
+def down() -> int:
+    stop_operator()
+    if (STATE_DIR / "cluster" / STATE_FILE).exists():
+        LocalCluster.from_state(STATE_DIR / "cluster").stop()
+    say("stopped the operator and the local cluster")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keep", action="store_true", help="keep the cluster and operator running")
+    parser.add_argument("--down", action="store_true", help="stop what --keep left running")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the job")
+    args = parser.parse_args()
+    if args.down:
+        return down()
+    if (STATE_DIR / "cluster" / STATE_FILE).exists():
+        say("a previous demo is still running; stopping it first")
+        down()
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+
+    say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
+    cluster = LocalCluster(
+        ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep
+    )
+    ok = False
+    with terminate_on_signals():
+        try:
+            began = time.monotonic()
+            cluster.start()
+            say(f"cluster ready in {time.monotonic() - began:.1f}s")
+            say("installing the CRD and RBAC: kubectl apply --server-side -k deploy/base-no-operator")
+            kubectl(cluster, "apply", "--server-side", "-k", str(ROOT / "deploy" / "base-no-operator"))
+            kubectl(
+                cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s"
+            )
+            start_operator(cluster)
+            job = load_example()
+            name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+            say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
+            api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "kubeflow.org", "v2beta1", namespace, "mpijobs", job
+            )
+            ok, final = follow(api, name, namespace, args.timeout)
+            say(f"MPIJob {namespace}/{name} {final}")
+            if not ok:
+                say(f"operator log: {STATE_DIR / 'operator.log'}")
+        finally:
+            if args.keep:
+                env = cluster.env()
+                say("the cluster and operator keep running. Look around with:")
+                print(f"    export KUBECONFIG={env['KUBECONFIG']}")
+                print(f"    export PATH={cluster.bin_dir}:$PATH")
+                print("    kubectl get mpijobs,jobs,pods,svc,cm,secrets -A")
+                print(f"    kubectl apply -f {EXAMPLE.relative_to(ROOT)}   # or your own MPIJob")
+                print(f"  operator log: {STATE_DIR / 'operator.log'}")
+                print("  stop everything with: scripts/demo --down")
+            else:
+                stop_operator()
+                cluster.stop()
+                say("stopped the operator and the local cluster (use --keep to leave them running)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

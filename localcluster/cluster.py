@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -24,6 +24,9 @@ from localcluster import pki
 from localcluster.binaries import STAGES_DIR, find_bin_dir
 from localcluster.nodes import DEFAULT_CAPACITY, node_manifest, node_ready, write_kwok_config
 from localcluster.processes import Proc, free_port, spawn
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 Tier = Literal["l1", "l2"]
 STATE_FILE = "state.json"
@@ -164,7 +167,7 @@ class LocalCluster:
         """Environment for kubectl and clients: KUBECONFIG and the bin dir first in PATH."""
         return {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
-    def api_client(self) -> object:
+    def api_client(self) -> ApiClient:
         """A new kubernetes.client.ApiClient as admin (close it when done)."""
         from kubernetes import config
 
@@ -342,7 +345,7 @@ class LocalCluster:
                 "--node-ip=10.88.0.1",
             ],
         )
-        with contextlib.closing(self.api_client()) as api:  # type: ignore[type-var]
+        with contextlib.closing(self.api_client()) as api:
             core = client.CoreV1Api(api)
             names = []
             for i in range(self.spec.nodes):

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kubernetes.client import ApiClient
 
 from localcluster import ClusterSpec, LocalCluster
 
@@ -94,13 +95,13 @@ def cluster(request: pytest.FixtureRequest) -> LocalCluster:
 
 
 @pytest.fixture
-def api_client(cluster: LocalCluster) -> Iterator[object]:
+def api_client(cluster: LocalCluster) -> Iterator[ApiClient]:
     """An admin kubernetes.client.ApiClient for the test's tier, closed afterwards."""
     client = cluster.api_client()
     try:
         yield client
     finally:
-        client.close()  # type: ignore[attr-defined]
+        client.close()
 
 
 @pytest.fixture

@@ -45,6 +45,13 @@ fi
 
 command -v go >/dev/null || { log "go not found (need Go >= 1.25 and the Go module proxy)"; exit 1; }
 mkdir -p "$(dirname "$BIN_DIR")"
+# One build at a time per output dir; a second caller waits, then finds the stamp.
+exec 9>"$BIN_DIR.lock"
+flock 9
+if [ -f "$BIN_DIR/$STAMP" ]; then
+  echo "$BIN_DIR"
+  exit 0
+fi
 # Everything goes to a temp dir next to BIN_DIR and is renamed in one step at the end, so an interrupted
 # build never leaves a directory that looks finished.
 STAGE=$(mktemp -d "$(dirname "$BIN_DIR")/.bin.partial.XXXXXX")
@@ -104,6 +111,6 @@ for b in $BINARIES; do [ -x "$STAGE/$b" ] || { log "missing $b"; exit 1; }; done
 } >"$STAGE/versions.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
 rm -rf "$BIN_DIR"
-mv "$STAGE" "$BIN_DIR"
+mv -T "$STAGE" "$BIN_DIR"
 log "built in $(($(date +%s) - START))s"
 echo "$BIN_DIR"

@@ -1,0 +1,295 @@
+"""execute(plan, client) -> ExecResult: carry out a Plan through the API server. Thin and generic.
+
+Protocol, one field manager (``mpijob-operator``) throughout:
+
+* **Creates are POSTs**, not server-side applies. An apply to a name that already exists merges into
+  that object and silently takes over one we do not own (the plan may be built from a stale cache);
+  a POST fails with ``AlreadyExists`` instead, which is safe and tells the caller to plan again.
+  The price: fields set at creation belong to an "Update" entry of our manager, so a later apply that
+  leaves such a field out does not remove it (kubernetes#99003). The differ compares rendered fields
+  as subsets, so that can leave a stale extra field behind but never causes a write loop.
+* **Patches are server-side applies** with ``force=true``. The body holds only fields we render, on the
+  paths the kind's policy lets us change (``Plan`` patches), so forcing can only take back those fields
+  -- from another writer who changed them, or from our own creation-time "Update" entry, which would
+  otherwise conflict with our "Apply" entry. It never claims a field we do not render.
+* **Deletes** carry ``preconditions.uid`` (a same-named successor is never hit) and background
+  propagation; 404 means done.
+
+Outcomes for the caller's queue: 409 conflicts, 429, 5xx and connection errors set ``retry`` (requeue
+with backoff); ``AlreadyExists`` on create or 404 on patch set ``replan`` (the cache is stale); other
+errors (400, 403, 422, unknown kinds) are ``failures``. Every request is counted by (verb, kind, code)
+and every outcome worth telling a user becomes event data; the controller records them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from urllib3.exceptions import HTTPError
+
+from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER: Final = "mpijob-operator"
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+ERR_RESOURCE_EXISTS: Final = "ErrResourceExists"
+
+Verb = Literal["create", "apply", "delete"]
+Done = Literal["created", "configured", "deleted", "gone"]
+
+
+@attrs.frozen
+class Request:
+    """One API request, for metrics: verb, kind, HTTP code ("error" when no response came back)."""
+
+    verb: Verb
+    kind: str
+    code: str
+
+
+@attrs.frozen
+class EventData:
+    type: str
+    reason: str
+    message: str
+    object: str  # the child, as "Kind namespace/name"
+
+
+@attrs.frozen
+class Outcome:
+    """What happened to one plan entry. ``object`` is the server's answer (read your writes), if any."""
+
+    key: ObjectKey
+    result: Done
+    object: dict[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
+class Failure:
+    key: ObjectKey
+    verb: Verb
+    code: str
+    message: str
+
+
+@attrs.frozen
+class ExecResult:
+    done: tuple[Outcome, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    requests: tuple[Request, ...] = ()
+    events: tuple[EventData, ...] = ()
+    retry: bool = False  # conflict or transient error: requeue with backoff
+    replan: bool = False  # the plan met a world other than the one it was made for
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failures or self.retry or self.replan)
+
+    def request_counts(self) -> Counter[tuple[str, str, str]]:
+        return Counter((r.verb, r.kind, r.code) for r in self.requests)
+
+
+_DYNAMIC: weakref.WeakKeyDictionary[ApiClient, DynamicClient] = weakref.WeakKeyDictionary()
+
+
+def _dynamic(client: ApiClient | DynamicClient) -> DynamicClient:
+    """One DynamicClient (and so one discovery cache) per ApiClient; anything else is used as is."""
+    if not isinstance(client, ApiClient):
+        return client
+    dyn = _DYNAMIC.get(client)
+    if dyn is None:
+        dyn = _DYNAMIC[client] = DynamicClient(client)
+    return dyn
+
+
+def execute(
+    plan: Plan,
+    client: ApiClient | DynamicClient,
+    field_manager: str = FIELD_MANAGER,
+    *,
+    dry_run: bool = False,
+    owner_description: str = "its owner",
+) -> ExecResult:
+    """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others."""
+    run = _Run(_dynamic(client), field_manager, "All" if dry_run else None)
+    for delete in plan.deletes:
+        run.delete(delete)
+    for create in plan.creates:
+        run.create(create)
+    for patch in plan.patches:
+        run.apply(patch)
+    for conflict in plan.conflicts:
+        run.conflict(conflict, owner_description)
+    return ExecResult(
+        tuple(run.done), tuple(run.failures), tuple(run.requests), tuple(run.events), run.retry, run.replan
+    )
+
+
+def _status(exc: BaseException) -> int | None:
+    return exc.status if isinstance(exc, ApiException) else None
+
+
+def _reason(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    try:
+        return str(json.loads(body).get("reason", "")) if body else ""
+    except (ValueError, AttributeError, TypeError):
+        return ""
+
+
+def _message(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError, TypeError):
+        message = None
+    if message:
+        return str(message)
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _retryable(status: int | None) -> bool:
+    return status is None or status in (409, 429) or status >= 500
+
+
+class _Run:
+    def __init__(self, dyn: DynamicClient, field_manager: str, dry_run: str | None) -> None:
+        self.dyn = dyn
+        self.field_manager = field_manager
+        self.dry_run = dry_run
+        self.done: list[Outcome] = []
+        self.failures: list[Failure] = []
+        self.requests: list[Request] = []
+        self.events: list[EventData] = []
+        self.retry = False
+        self.replan = False
+
+    def _resource(self, api_version: str, key: ObjectKey, verb: Verb) -> Any:
+        try:
+            return self.dyn.resources.get(api_version=api_version, kind=key.kind)
+        except (ResourceNotFoundError, ApiException, HTTPError, OSError) as exc:
+            # e.g. a PodGroup CRD not installed (yet): worth a retry with backoff.
+            self._fail(key, verb, "discovery", f"{api_version} {key.kind}: {_message(exc)}", retry=True)
+            return None
+
+    def _call(self, verb: Verb, key: ObjectKey, fn: Any, **kwargs: Any) -> tuple[dict[str, Any] | None, Any]:
+        """Send one request; returns (response dict, None) or (None, exception)."""
+        try:
+            answer = fn(**kwargs)
+        except (ApiException, HTTPError, OSError) as exc:
+            status = _status(exc)
+            self.requests.append(Request(verb, key.kind, str(status) if status is not None else "error"))
+            return None, exc
+        self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
+        return (answer.to_dict() if hasattr(answer, "to_dict") else answer), None
+
+    def _fail(self, key: ObjectKey, verb: Verb, code: str, message: str, *, retry: bool) -> None:
+        self.failures.append(Failure(key, verb, code, message))
+        self.retry = self.retry or retry
+        reason = {"create": "FailedCreate", "apply": "FailedUpdate", "delete": "FailedDelete"}[verb]
+        self.events.append(EventData(WARNING, reason, f"{verb} {key}: {message}", str(key)))
+        log.warning("%s %s failed (%s): %s", verb, key, code, message)
+
+    def _error(self, key: ObjectKey, verb: Verb, exc: BaseException) -> None:
+        status = _status(exc)
+        code = str(status) if status is not None else "error"
+        self._fail(key, verb, code, _message(exc), retry=_retryable(status))
+
+    def create(self, entry: Create) -> None:
+        res = self._resource(entry.api_version, entry.key, "create")
+        if res is None:
+            return
+        answer, exc = self._call(
+            "create",
+            entry.key,
+            self.dyn.create,
+            resource=res,
+            body=entry.body,
+            namespace=entry.key.namespace or None,
+            field_manager=self.field_manager,
+            dry_run=self.dry_run,
+        )
+        if exc is None:
+            self.done.append(Outcome(entry.key, "created", answer))
+            self.events.append(EventData(NORMAL, "SuccessfulCreate", f"Created {entry.key}", str(entry.key)))
+        elif _status(exc) == 409 and _reason(exc) == "AlreadyExists":
+            # Our cache missed it (or someone else took the name): plan again from fresh data.
+            self.replan = True
+            log.info("create %s: already exists; re-plan", entry.key)
+        else:
+            self._error(entry.key, "create", exc)
+
+    def apply(self, entry: Patch) -> None:
+        res = self._resource(entry.api_version, entry.key, "apply")
+        if res is None:
+            return
+        answer, exc = self._call(
+            "apply",
+            entry.key,
+            self.dyn.server_side_apply,
+            resource=res,
+            body=entry.body,
+            name=entry.key.name,
+            namespace=entry.key.namespace or None,
+            field_manager=self.field_manager,
+            force_conflicts=True,
+            dry_run=self.dry_run,
+        )
+        if exc is None:
+            self.done.append(Outcome(entry.key, "configured", answer))
+        elif _status(exc) == 404:
+            self.replan = True  # gone since we looked: the next plan creates it
+        else:
+            self._error(entry.key, "apply", exc)
+
+    def delete(self, entry: Delete) -> None:
+        res = self._resource(entry.api_version, entry.key, "delete")
+        if res is None:
+            return
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": entry.uid},
+        }
+        answer, exc = self._call(
+            "delete",
+            entry.key,
+            self.dyn.delete,
+            resource=res,
+            name=entry.key.name,
+            namespace=entry.key.namespace or None,
+            body=options,
+            dry_run=self.dry_run,
+        )
+        if exc is None:
+            self.done.append(Outcome(entry.key, "deleted", answer))
+            self.events.append(EventData(NORMAL, "SuccessfulDelete", f"Deleted {entry.key}", str(entry.key)))
+        elif _status(exc) == 404:
+            self.done.append(Outcome(entry.key, "gone"))
+        else:
+            # 409 here is a failed UID precondition: a successor took the name; retry re-plans it.
+            self._error(entry.key, "delete", exc)
+
+    def conflict(self, entry: Conflict, owner_description: str) -> None:
+        message = f'Resource "{entry.key.name}" already exists and is not managed by {owner_description}'
+        self.events.append(EventData(WARNING, ERR_RESOURCE_EXISTS, message, str(entry.key)))
+
+
+def returned_objects(result: ExecResult) -> list[Mapping[str, Any]]:
+    """The objects the server returned for our writes, to feed back into the caller's cache."""
+    return [o.object for o in result.done if o.object is not None]

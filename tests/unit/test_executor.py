@@ -1,0 +1,182 @@
+"""L0: the executor against a fake dynamic client (the real API server is in tests/cluster)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from urllib3.exceptions import MaxRetryError
+
+from reconcile.executor import ERR_RESOURCE_EXISTS, FIELD_MANAGER, NORMAL, WARNING, execute, returned_objects
+from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+
+CM = ObjectKey("", "ConfigMap", "ns", "cm")
+POD = ObjectKey("", "Pod", "ns", "pod")
+PG = ObjectKey("scheduling.x-k8s.io", "PodGroup", "ns", "pg")
+
+
+def api_error(status: int, reason: str = "", message: str = "boom") -> ApiException:
+    return ApiException(status=status, reason=reason, body=json.dumps({"reason": reason, "message": message}))
+
+
+class FakeResources:
+    def __init__(self, known: set[str]) -> None:
+        self.known = known
+
+    def get(self, api_version: str, kind: str) -> tuple[str, str]:
+        if kind not in self.known:
+            raise ResourceNotFoundError(f"No matches found for {api_version} {kind}")
+        return (api_version, kind)
+
+
+class FakeDynamic:
+    """Records calls; ``fail`` maps (verb, name) to an exception to raise."""
+
+    def __init__(self, fail: dict[tuple[str, str], BaseException] | None = None) -> None:
+        self.resources = FakeResources({"ConfigMap", "Pod"})
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail or {}
+
+    def _do(self, verb: str, name: str, kwargs: dict[str, Any], answer: Callable[[], dict[str, Any]]) -> Any:
+        self.calls.append((verb, kwargs))
+        if (verb, name) in self.fail:
+            raise self.fail[(verb, name)]
+        return answer()
+
+    def create(self, **kw: Any) -> dict[str, Any]:
+        return self._do("create", kw["body"]["metadata"]["name"], kw, lambda: {**kw["body"], "uid": "new"})
+
+    def server_side_apply(self, **kw: Any) -> dict[str, Any]:
+        return self._do("apply", kw["name"], kw, lambda: dict(kw["body"]))
+
+    def delete(self, **kw: Any) -> dict[str, Any]:
+        return self._do("delete", kw["name"], kw, lambda: {"kind": "Status"})
+
+
+def body(key: ObjectKey) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": key.kind, "metadata": {"name": key.name, "namespace": key.namespace}}
+
+
+def full_plan() -> Plan:
+    return Plan(
+        creates=(Create(CM, "v1", body(CM)),),
+        patches=(
+            Patch(
+                POD, "v1", "uid-pod", body(POD), ({"op": "add", "path": "/metadata/labels/a", "value": "b"},)
+            ),
+        ),
+        deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "uid-old"),),
+        conflicts=(Conflict(ObjectKey("", "Service", "ns", "svc"), "v1", "uid-svc", ""),),
+    )
+
+
+def test_requests_follow_the_protocol() -> None:
+    fake = FakeDynamic()
+    result = execute(full_plan(), fake, owner_description="MPIJob")  # type: ignore[arg-type]
+    verbs = [verb for verb, _ in fake.calls]
+    assert verbs == ["delete", "create", "apply"], "deletes first, then creates, then patches"
+    delete, create, apply = (kw for _, kw in fake.calls)
+    assert delete["body"] == {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": "uid-old"},
+    }
+    assert create["field_manager"] == FIELD_MANAGER and create["namespace"] == "ns"
+    assert apply["force_conflicts"] is True and apply["field_manager"] == FIELD_MANAGER
+    assert apply["body"] == body(POD) and apply["name"] == "pod"
+    assert all(kw["dry_run"] is None for _, kw in fake.calls)
+    assert result.ok
+    assert [(o.key.name, o.result) for o in result.done] == [
+        ("old", "deleted"),
+        ("cm", "created"),
+        ("pod", "configured"),
+    ]
+    assert result.request_counts() == {
+        ("delete", "Pod", "200"): 1,
+        ("create", "ConfigMap", "201"): 1,
+        ("apply", "Pod", "200"): 1,
+    }
+    assert returned_objects(result)[1]["uid"] == "new"
+    assert (WARNING, ERR_RESOURCE_EXISTS, 'Resource "svc" already exists and is not managed by MPIJob') in [
+        (e.type, e.reason, e.message) for e in result.events
+    ]
+    assert {(e.type, e.reason) for e in result.events if e.type == NORMAL} == {
+        (NORMAL, "SuccessfulCreate"),
+        (NORMAL, "SuccessfulDelete"),
+    }
+
+
+def test_dry_run_is_passed_to_every_write() -> None:
+    fake = FakeDynamic()
+    execute(full_plan(), fake, dry_run=True)  # type: ignore[arg-type]
+    assert [kw["dry_run"] for _, kw in fake.calls] == ["All", "All", "All"]
+
+
+def test_already_exists_on_create_means_replan_not_failure() -> None:
+    fake = FakeDynamic({("create", "cm"): api_error(409, "AlreadyExists")})
+    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), fake)  # type: ignore[arg-type]
+    assert result.replan and not result.retry and not result.failures and not result.ok
+    assert result.request_counts() == {("create", "ConfigMap", "409"): 1}
+
+
+def test_not_found_on_delete_is_success() -> None:
+    fake = FakeDynamic({("delete", "old"): api_error(404, "NotFound")})
+    result = execute(Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)), fake)  # type: ignore[arg-type]
+    assert result.ok and [o.result for o in result.done] == ["gone"]
+    assert not result.events
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        api_error(409, "Conflict", "Precondition failed: UID in precondition: u"),
+        api_error(429, "TooManyRequests"),
+        api_error(500, "InternalError"),
+        api_error(503, "ServiceUnavailable"),
+        MaxRetryError(None, "/api", "connection refused"),  # type: ignore[arg-type]
+        ConnectionRefusedError(111, "refused"),
+    ],
+    ids=["409", "429", "500", "503", "urllib3", "oserror"],
+)
+def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: BaseException) -> None:
+    fake = FakeDynamic({("delete", "old"): exc})
+    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    assert result.retry and not result.ok
+    assert [f.verb for f in result.failures] == ["delete"]
+    assert [o.result for o in result.done] == ["created", "configured"], "one failure does not stop the rest"
+    assert any(e.reason == "FailedDelete" and e.type == WARNING for e in result.events)
+    code = str(getattr(exc, "status", "error")) if isinstance(exc, ApiException) else "error"
+    assert ("delete", "Pod", code) in result.request_counts()
+
+
+def test_invalid_is_a_failure_without_retry() -> None:
+    fake = FakeDynamic({("apply", "pod"): api_error(422, "Invalid", "field is immutable")})
+    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    assert not result.retry and not result.replan
+    assert [(f.verb, f.code, f.message) for f in result.failures] == [("apply", "422", "field is immutable")]
+    assert any(e.reason == "FailedUpdate" and "field is immutable" in e.message for e in result.events)
+
+
+def test_patch_of_a_vanished_object_replans() -> None:
+    fake = FakeDynamic({("apply", "pod"): api_error(404, "NotFound")})
+    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    assert result.replan and not result.failures
+
+
+def test_unknown_kind_is_a_retryable_failure_without_a_request() -> None:
+    fake = FakeDynamic()
+    plan = Plan(creates=(Create(PG, "scheduling.x-k8s.io/v1alpha1", body(PG)),))
+    result = execute(plan, fake)  # type: ignore[arg-type]
+    assert result.retry and [f.code for f in result.failures] == ["discovery"]
+    assert not fake.calls and not result.requests
+
+
+def test_empty_plan_sends_nothing() -> None:
+    fake = FakeDynamic()
+    result = execute(Plan(), fake)  # type: ignore[arg-type]
+    assert result.ok and not fake.calls and not result.events

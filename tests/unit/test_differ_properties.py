@@ -1,0 +1,204 @@
+"""L0 properties of the differ on generic objects (local strategies: nothing MPI in the differ).
+
+* a plan against its own output (live == desired, plus server metadata) is empty;
+* a plan against live objects the server has defaulted and canonicalised is empty;
+* removing any non-zero field we render from live yields a patch;
+* create-only kinds never get a patch body outside their mutable paths.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconcile.differ import plan
+from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
+from reconcile.semantics import is_zero
+
+OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
+KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
+NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+SCALARS = st.one_of(
+    st.text(max_size=8),
+    st.integers(-5, 10**6),
+    st.booleans(),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+)
+# Equivalent quantity spellings: (rendered, as the server stores it).
+QUANTITIES = st.integers(0, 64_000).flatmap(
+    lambda m: st.sampled_from(
+        [(f"{m}m", f"{m // 1000}" if m % 1000 == 0 else f"{m}m")]
+        + ([(m // 1000, f"{m // 1000}"), (f"{m // 1000}", f"{m // 1000}")] if m % 1000 == 0 else [])
+        + ([(m / 1000, f"{m}m")] if m % 1000 else [])
+    )
+)
+
+TREE = st.recursive(
+    SCALARS | st.lists(st.text(max_size=4), max_size=3),
+    lambda inner: st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def containers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Containers as rendered and as the server would store them (quantities canonicalised)."""
+    names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
+    want, live = [], []
+    for name in names:
+        env_names = draw(st.lists(NAMES, max_size=3, unique=True))
+        env = [{"name": n, "value": draw(st.text(max_size=5))} for n in env_names]
+        cpu, cpu_live = draw(QUANTITIES)
+        ports = draw(st.lists(st.integers(1, 65535), max_size=2, unique=True))
+        want.append(
+            {
+                "name": name,
+                "image": draw(NAMES),
+                "env": env,
+                "ports": [{"containerPort": p} for p in ports],
+                "resources": {"limits": {"cpu": cpu}},
+            }
+        )
+        live.append(
+            {
+                "name": name,
+                "image": want[-1]["image"],
+                "env": copy.deepcopy(env),
+                "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports],
+                "resources": {"limits": {"cpu": cpu_live}},
+            }
+        )
+    return want, live
+
+
+@st.composite
+def rendered_and_stored(draw: st.DrawFn, kind: str = "Thing") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generic owned object and the same object as the API server returns it (before defaulting)."""
+    spec = draw(st.dictionaries(KEYS, TREE, max_size=4))
+    want_containers, live_containers = draw(containers())
+    labels = draw(st.dictionaries(NAMES, NAMES, max_size=3))
+    meta = {
+        "name": draw(NAMES),
+        "namespace": "ns",
+        "labels": labels,
+        "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": "Owner", "name": "o", "uid": OWNER, "controller": True}
+        ],
+    }
+    api_version = "v1" if kind == "Pod" else "example.com/v1"
+    want = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {**spec, "containers": want_containers},
+    }
+    live = copy.deepcopy(want)
+    live["spec"]["containers"] = live_containers
+    live["metadata"].update(uid="live-uid", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z")
+    return want, live
+
+
+def drop_zero_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: drop_zero_values(v) for k, v in value.items() if not is_zero(v)}
+    if isinstance(value, list):
+        return [drop_zero_values(v) for v in value]
+    return value
+
+
+def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """Extra fields in any map, list-map items reordered and added, zero values dropped, status added."""
+
+    def walk(node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v, (*path, k)) for k, v in node.items()}
+            if data.draw(st.booleans(), label=f"extra at {path}"):
+                out["zzDefaulted"] = data.draw(SCALARS | TREE)
+            return out
+        if isinstance(node, list) and path[-1:] in (("containers",), ("env",)):
+            items = [walk(v, path) for v in node]
+            if path[-1] == "env" and data.draw(st.booleans()):
+                items.append({"name": "INJECTED-BY-WEBHOOK", "value": "1"})
+            return data.draw(st.permutations(items), label=f"order of {path}")
+        return node
+
+    out = walk(drop_zero_values(live), ())
+    out["status"] = {"phase": "Running"}
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rendered_and_stored())
+def test_plan_against_its_own_output_is_empty(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    want, live = pair
+    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert not result, str(result)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rendered_and_stored(), st.data())
+def test_plan_against_server_defaulted_objects_is_empty(
+    pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    want, live = pair
+    result = plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+    assert not result, str(result)
+
+
+def rendered_leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths of non-zero leaves (and non-empty lists) under ``spec`` and ``metadata.labels``."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in rendered_leaves(v, (*path, k))]
+    if isinstance(node, list) and node and isinstance(node[0], dict):
+        return [p for i, v in enumerate(node) for p in rendered_leaves(v, (*path, i))]
+    return [] if is_zero(node) else [path]
+
+
+def remove(obj: dict[str, Any], path: tuple[Any, ...]) -> None:
+    node: Any = obj
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rendered_and_stored(), st.data())
+def test_removing_a_rendered_field_from_live_yields_a_patch(
+    pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    want, live = pair
+    candidates = [("spec", *p) for p in rendered_leaves(want["spec"])]
+    candidates += [("metadata", "labels", k) for k in want["metadata"]["labels"]]
+    path = data.draw(st.sampled_from(candidates), label="removed")
+    # Live keeps its own spelling of the object; remove the same field there (list items by position
+    # in the rendered order: live containers are in the same order before any shuffling).
+    remove(live, path)
+    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
+    assert result.patches[0].json_patch, "the patch describes the drift"
+
+
+CREATE_ONLY = Policy(kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)})
+
+
+@settings(max_examples=100, deadline=None)
+@given(rendered_and_stored("Pod"), rendered_and_stored("Pod"))
+def test_create_only_patches_stay_inside_the_mutable_paths(
+    first: tuple[dict[str, Any], dict[str, Any]], second: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    want, _ = first
+    _, other_live = second
+    other_live["metadata"]["name"] = want["metadata"]["name"]
+    result = plan([want], [other_live], CREATE_ONLY, OWNER)
+    assert not result.creates and not result.deletes
+    for patch in result.patches:
+        assert set(patch.body) == {"apiVersion", "kind", "metadata"}
+        assert set(patch.body["metadata"]) <= {"name", "namespace", "labels", "annotations"}
+        assert all(op["path"].startswith("/metadata/") for op in patch.json_patch)
+    has_drift = any(
+        other_live["metadata"]["labels"].get(k) != v for k, v in want["metadata"]["labels"].items()
+    )
+    assert bool(result.patches) == has_drift

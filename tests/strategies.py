@@ -1,0 +1,277 @@
+"""Hypothesis strategies shared by the test suites: valid MPIJobs and observed cluster states."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+
+from render import Config, SSHKey
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+JOB_UID = "0d1f7c3a-1111-4222-8333-444455556666"
+LAUNCHER_JOB_UID = "0d1f7c3a-1111-4222-8333-77778888aaaa"
+# A syntactically valid stand-in; render copies key material, it never parses it.
+TEST_KEY = SSHKey(
+    private_pem="-----BEGIN EC PRIVATE KEY-----\nTESTONLY\n-----END EC PRIVATE KEY-----\n",
+    public_openssh="ecdsa-sha2-nistp521 AAAATESTONLY\n",
+)
+
+dns_label = st.from_regex(r"\A[a-z]([a-z0-9-]{0,14}[a-z0-9])?\Z")
+label_value = st.from_regex(r"\A[A-Za-z0-9]([A-Za-z0-9._-]{0,10}[A-Za-z0-9])?\Z")
+label_key = st.one_of(dns_label, st.builds(lambda p, n: f"{p}.example.com/{n}", dns_label, dns_label))
+quantities = st.sampled_from(["1", "2", "500m", "250m", "1Gi", "512Mi", "1G", "100M", "0.5", "3"])
+
+
+def _ts(seconds_before: int) -> str:
+    return (NOW - timedelta(seconds=seconds_before)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@st.composite
+def containers(draw: st.DrawFn, role: str) -> list[dict[str, Any]]:
+    c: dict[str, Any] = {"name": f"mpi-{role}", "image": draw(st.sampled_from(["img:1", "mpi/pi:openmpi"]))}
+    if draw(st.booleans()):
+        c["command"] = draw(
+            st.lists(st.sampled_from(["mpirun", "/usr/sbin/sshd", "-De", "python"]), max_size=3)
+        )
+    if draw(st.booleans()):
+        c["args"] = draw(st.lists(st.sampled_from(["-n", "2", "/home/mpiuser/pi"]), max_size=3))
+    if draw(st.booleans()):
+        c["env"] = [{"name": "FOO", "value": draw(st.sampled_from(["1", "bar"]))}]
+    if draw(st.booleans()):
+        res: dict[str, Any] = {}
+        for part in ("requests", "limits"):
+            if draw(st.booleans()):
+                res[part] = draw(
+                    st.dictionaries(
+                        st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantities, max_size=3
+                    )
+                )
+        c["resources"] = res
+    if draw(st.booleans()):
+        c["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    out = [c]
+    if draw(st.integers(0, 4)) == 0:
+        out.append({"name": "sidecar", "image": "busybox"})
+    return out
+
+
+@st.composite
+def templates(draw: st.DrawFn, role: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": draw(containers(role))}
+    if draw(st.booleans()):
+        spec["hostNetwork"] = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:
+        spec["dnsConfig"] = {"searches": ["example.org"]}
+    if draw(st.integers(0, 3)) == 0:
+        spec["priorityClassName"] = draw(st.sampled_from(["high", "low"]))
+    if draw(st.integers(0, 3)) == 0:
+        spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    if draw(st.integers(0, 3)) == 0:
+        spec["nodeSelector"] = {"pool": "mpi"}
+    template: dict[str, Any] = {"spec": spec}
+    if draw(st.booleans()):
+        template["metadata"] = {
+            "labels": draw(st.dictionaries(label_key, label_value, max_size=2)),
+            "annotations": draw(st.dictionaries(label_key, st.text(max_size=5), max_size=2)),
+        }
+    return template
+
+
+@st.composite
+def mpijobs(draw: st.DrawFn, max_workers: int = 12) -> dict[str, Any]:
+    """A valid `kubeflow.org/v2beta1` MPIJob dict (no status)."""
+    name = draw(dns_label)
+    launcher_as_worker = draw(st.booleans())
+    specs: dict[str, Any] = {"Launcher": {"replicas": 1, "template": draw(templates("launcher"))}}
+    if draw(st.booleans()):
+        specs["Launcher"]["restartPolicy"] = draw(st.sampled_from(["OnFailure", "Never"]))
+    if not launcher_as_worker or draw(st.booleans()):
+        specs["Worker"] = {
+            "replicas": draw(st.integers(1, max_workers)),
+            "template": draw(templates("worker")),
+        }
+        if draw(st.booleans()):
+            specs["Worker"]["restartPolicy"] = draw(st.sampled_from(["OnFailure", "Never"]))
+    run_policy: dict[str, Any] = {}
+    for key, strat in (
+        ("cleanPodPolicy", st.sampled_from(["All", "Running", "None"])),
+        ("ttlSecondsAfterFinished", st.integers(0, 3600)),
+        ("activeDeadlineSeconds", st.integers(0, 3600)),
+        ("backoffLimit", st.integers(0, 6)),
+        ("suspend", st.booleans()),
+        ("managedBy", st.sampled_from(["kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue"])),
+    ):
+        if draw(st.integers(0, 2)) == 0:
+            run_policy[key] = draw(strat)
+    if draw(st.integers(0, 3)) == 0:
+        sp: dict[str, Any] = {}
+        if draw(st.booleans()):
+            sp["minAvailable"] = draw(st.integers(0, 5))
+        if draw(st.booleans()):
+            sp["queue"] = "research"
+        if draw(st.booleans()):
+            sp["minResources"] = {"cpu": draw(quantities)}
+        if draw(st.booleans()):
+            sp["scheduleTimeoutSeconds"] = draw(st.integers(0, 600))
+        run_policy["schedulingPolicy"] = sp
+    spec: dict[str, Any] = {"mpiReplicaSpecs": specs}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    if launcher_as_worker:
+        spec["runLauncherAsWorker"] = True
+    for key, strat in (
+        ("slotsPerWorker", st.integers(0, 8)),
+        ("sshAuthMountPath", st.sampled_from(["/root/.ssh", "/home/mpiuser/.ssh"])),
+        ("mpiImplementation", st.sampled_from(["OpenMPI", "Intel", "MPICH"])),
+        ("launcherCreationPolicy", st.sampled_from(["AtStartup", "WaitForWorkersReady"])),
+    ):
+        if draw(st.booleans()):
+            spec[key] = draw(strat)
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": draw(st.sampled_from(["default", "team-a"])), "uid": JOB_UID},
+        "spec": spec,
+    }
+
+
+configs = st.builds(
+    Config,
+    cluster_domain=st.sampled_from(["", "cluster.local", "corp.example"]),
+    gang_scheduling=st.sampled_from(["", "volcano", "scheduler-plugins-scheduler"]),
+)
+
+
+def _owner(
+    name: str, uid: str, kind: str = "MPIJob", api: str = "kubeflow.org/v2beta1"
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": api,
+            "kind": kind,
+            "name": name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+@st.composite
+def pod_status(draw: st.DrawFn) -> dict[str, Any]:
+    phase = draw(st.sampled_from(["Pending", "Running", "Running", "Succeeded", "Failed", "Unknown"]))
+    status: dict[str, Any] = {"phase": phase}
+    if phase == "Running":
+        status["conditions"] = [{"type": "Ready", "status": draw(st.sampled_from(["True", "False"]))}]
+    if phase == "Failed":
+        if draw(st.booleans()):
+            status["reason"] = "Evicted"
+        else:
+            code = draw(st.sampled_from([1, 137, 255]))
+            reason = "OOMKilled" if code == 137 else "Error"
+            status["containerStatuses"] = [
+                {"name": "mpi", "state": {"terminated": {"exitCode": code, "reason": reason}}}
+            ]
+    return status
+
+
+@st.composite
+def observed_objects(draw: st.DrawFn, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Live children of `job` in a random state: worker pods in any phase (some beyond the replica count),
+    a launcher Job that is absent, active, suspended, complete or failed, launcher pods, the SSH Secret, and
+    sometimes a foreign object holding a wanted name."""
+    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    uid = job["metadata"]["uid"]
+    workers = (job["spec"]["mpiReplicaSpecs"].get("Worker") or {}).get("replicas", 0)
+    objs: list[dict[str, Any]] = []
+    for i in sorted(draw(st.sets(st.integers(0, workers + 2), max_size=workers + 3))):
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-worker-{i}",
+                    "namespace": ns,
+                    "uid": f"pod-{i}",
+                    "labels": {
+                        "training.kubeflow.org/job-name": name,
+                        "training.kubeflow.org/job-role": "worker",
+                    },
+                    "ownerReferences": _owner(name, uid),
+                },
+                "status": draw(pod_status()),
+            }
+        )
+    state = draw(st.sampled_from(["absent", "active", "suspended", "complete", "failed"]))
+    if state != "absent":
+        jstatus: dict[str, Any] = {"failed": draw(st.integers(0, 3))}
+        if state == "complete":
+            jstatus["conditions"] = [{"type": "Complete", "status": "True"}]
+            jstatus["completionTime"] = _ts(30)
+        elif state == "failed":
+            jstatus["conditions"] = [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}
+            ]
+        objs.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": f"{name}-launcher",
+                    "namespace": ns,
+                    "uid": LAUNCHER_JOB_UID,
+                    "ownerReferences": _owner(name, uid),
+                },
+                "spec": {"suspend": state == "suspended"},
+                "status": jstatus,
+            }
+        )
+        for k in range(draw(st.integers(0, 3))):
+            objs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-launcher-{k}abcd",
+                        "namespace": ns,
+                        "creationTimestamp": _ts(300 - k),
+                        "ownerReferences": _owner(f"{name}-launcher", LAUNCHER_JOB_UID, "Job", "batch/v1"),
+                    },
+                    "status": draw(pod_status()),
+                }
+            )
+    if draw(st.booleans()):
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/ssh-auth",
+                "metadata": {"name": f"{name}-ssh", "namespace": ns, "ownerReferences": _owner(name, uid)},
+                "data": {
+                    "ssh-privatekey": base64.b64encode(b"live-private").decode(),
+                    "ssh-publickey": base64.b64encode(b"live-public\n").decode(),
+                },
+            }
+        )
+    if draw(st.integers(0, 5)) == 0:
+        objs.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config", "namespace": ns}}
+        )
+    if draw(st.integers(0, 3)) == 0:
+        objs.append(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "high"},
+                "value": 1000,
+            }
+        )
+    return objs
+
+
+@st.composite
+def times(draw: st.DrawFn) -> datetime:
+    return NOW + timedelta(seconds=draw(st.integers(0, 7200)))

@@ -89,9 +89,9 @@ def run_policy(k8s: Converter) -> Schema:
         "suspension and which controller manages it.",
         {
             "cleanPodPolicy": string(
-                "Which pods to delete when the job finishes. Running (default): delete pods still running, "
-                "so idle workers release their nodes; All: delete every pod; None: keep all pods. The "
-                "launcher Job and its pods are kept for their logs.",
+                "Which worker pods to delete when the job finishes. Running (default): those still "
+                "running or pending, so idle workers release their nodes; All: every worker pod; None: "
+                "keep them all. The launcher Job and its pods are kept for their logs.",
                 enum=["All", "Running", "None"],
                 default="Running",
             ),
@@ -163,14 +163,10 @@ def mpi_replica_specs(k8s: Converter) -> Schema:
         "(optional; runs sshd and the MPI ranks).",
         "type": "object",
         "additionalProperties": replica_spec(k8s),
-        "maxProperties": 2,
         "x-kubernetes-validations": [
             rule(
                 f'self.all(k, k == "{LAUNCHER}" || k == "{WORKER}")',
                 "only the replica types Launcher and Worker are supported",
-                messageExpression='"unsupported replica types: " + '
-                f'self.filter(k, k != "{LAUNCHER}" && k != "{WORKER}").join(", ") + '
-                '" (only Launcher and Worker are supported)"',
             ),
             rule(f'"{LAUNCHER}" in self', "a Launcher replica spec is required", reason="FieldValueRequired"),
             rule(
@@ -295,31 +291,39 @@ def job_status(k8s: Converter) -> Schema:
     )
 
 
-def _worker_host() -> str:
+def name_rules() -> list[Schema]:
+    """metadata.name checks (only the root may read it): worker pods and hosts are "<job>-worker-<index>".
+
+    CEL's string(int) is too costly for the API server's estimator, so the length check compares the
+    worker count against the largest count whose last index still fits, looked up by name length.
+    """
+    name = "self.metadata.name"
+    guard = f"!has({name}) || !has(self.spec) || !has(self.spec.mpiReplicaSpecs)"
     specs = "self.spec.mpiReplicaSpecs"
     worker = f'{specs}["{WORKER}"]'
-    last_index = (
-        f'(("{WORKER}" in {specs} &&'
-        f" has({worker}.replicas) && {worker}.replicas > 1) ? {worker}.replicas - 1 : 0)"
-    )
-    return f'self.metadata.name + "{WORKER_INFIX}" + string({last_index})'
-
-
-def name_rule() -> Schema:
-    host = _worker_host()
-    return rule(
-        f"!has(self.metadata.name) || !has(self.spec) || !has(self.spec.mpiReplicaSpecs) || "
-        f"(size({host}) <= {DNS_LABEL_MAX} && "
-        'self.metadata.name.matches("^[a-z][-a-z0-9]*$"))',
-        "metadata.name must start with a lowercase letter, contain only lowercase letters, digits and '-', "
-        f"and be short enough that the last worker's name <name>{WORKER_INFIX}<index> has at most "
-        f"{DNS_LABEL_MAX} characters",
-        messageExpression=f'"the last worker pod would be named " + {host} + ", which must be a DNS-1035 '
-        f"label: at most {DNS_LABEL_MAX} characters, starting with a lowercase letter, of lowercase letters, "
-        'digits and hyphens; shorten or rename metadata.name"',
-        fieldPath=".metadata.name",
-        reason="FieldValueInvalid",
-    )
+    replicas = f'(("{WORKER}" in {specs} && has({worker}.replicas)) ? {worker}.replicas : 0)'
+    room = DNS_LABEL_MAX - len(WORKER_INFIX)  # name length + index digits must fit in this
+    max_digits = 10  # an int32 index has at most 10 digits
+    # For a name of length L in (room - max_digits, room), the index may have room - L digits: at most
+    # 10**(room - L) replicas.
+    limits = ", ".join(str(10 ** (room - length)) for length in range(room - max_digits + 1, room))
+    return [
+        rule(
+            f'!has({name}) || {name}.matches("^[a-z][-a-z0-9]*$")',
+            "metadata.name must start with a lowercase letter and contain only lowercase letters, digits "
+            "and '-': it names the job's Service and worker hosts, which must be DNS-1035 labels",
+            fieldPath=".metadata.name",
+            reason="FieldValueInvalid",
+        ),
+        rule(
+            f"{guard} || size({name}) <= {room - max_digits} || (size({name}) < {room} && "
+            f"{replicas} <= [{limits}][size({name}) - {room - max_digits + 1}])",
+            f"metadata.name is too long: the last worker pod <name>{WORKER_INFIX}<replicas-1> must have at "
+            f"most {DNS_LABEL_MAX} characters",
+            fieldPath=".metadata.name",
+            reason="FieldValueInvalid",
+        ),
+    ]
 
 
 def mpijob(k8s: Converter) -> Schema:
@@ -341,5 +345,5 @@ def mpijob(k8s: Converter) -> Schema:
             "status": job_status(k8s),
         },
         required=["spec"],
-        **{"x-kubernetes-validations": [name_rule()]},
+        **{"x-kubernetes-validations": name_rules()},
     )

@@ -18,9 +18,13 @@ KUSTOMIZATION = "kustomization.yaml"
 SUPPORTED_KEYS = frozenset({"apiVersion", "kind", "resources", "images"})
 
 
+# libyaml's loader parses the 600 kB CRD about ten times faster than the pure-Python one.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
-        return [doc for doc in yaml.safe_load_all(f) if doc is not None]
+        return [doc for doc in yaml.load_all(f, Loader=_Loader) if doc is not None]
 
 
 def kustomization_files(root: Path) -> Iterator[Path]:

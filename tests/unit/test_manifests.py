@@ -5,6 +5,7 @@ What needs an API server (admission, CEL evaluation, defaulting) is in tests/clu
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -28,8 +29,9 @@ def _manifest_files() -> list[Path]:
     return sorted(p for p in DEPLOY.rglob("*.yaml") if "local" not in p.relative_to(DEPLOY).parts[:1])
 
 
+@functools.cache
 def _objects(root: Path = DEPLOY) -> list[dict[str, Any]]:
-    return build(root)
+    return build(root)  # shared between tests: treat as read-only
 
 
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from render.children.launcher import launcher_job
 from render.children.podgroup import podgroup
 from render.children.secret import secret_data, ssh_secret
 from render.children.service import service
-from render.children.workers import worker_pod
+from render.children.workers import worker_pods
 from render.errors import FieldError, ValidationError
 from render.observed import Observed, is_pod_ready, is_terminating, phase, view
 from render.parse import parse_mpijob
@@ -49,22 +49,13 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
         out.append(podgroup(job, config, lambda pc: _priority(observed, pc)))
 
     if active:
-        for i in range(replicas):
-            live = v.workers.get(i)
-            # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
-            if live is not None and phase(live) == "Failed" and not is_terminating(live):
-                continue
-            out.append(worker_pod(job, i, config))
+        # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
+        wanted = [i for i in range(replicas) if not _failed(v.workers.get(i))]
+        out += worker_pods(job, wanted, config)
     elif finished:
         policy = job.spec.run_policy.clean_pod_policy
-        for i in sorted(v.workers):
-            if i >= replicas:
-                continue
-            keep = policy == "None" or (
-                policy == "Running" and phase(v.workers[i]) not in ("Running", "Pending")
-            )
-            if keep:
-                out.append(worker_pod(job, i, config))
+        kept = [i for i in sorted(v.workers) if i < replicas and _kept_after_finish(policy, v.workers[i])]
+        out += worker_pods(job, kept, config)
 
     live = v.launcher
     if finished:
@@ -84,6 +75,15 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
         elif not wait or all_ready:
             out.append(launcher_job(job, config, suspend=False))
     return out
+
+
+def _failed(pod: dict[str, Any] | None) -> bool:
+    return pod is not None and phase(pod) == "Failed" and not is_terminating(pod)
+
+
+def _kept_after_finish(policy: str | None, pod: dict[str, Any]) -> bool:
+    """cleanPodPolicy: None keeps every worker, Running keeps the finished ones, All keeps none."""
+    return policy == "None" or (policy == "Running" and phase(pod) not in ("Running", "Pending"))
 
 
 def _priority(observed: Observed, name: str) -> int:

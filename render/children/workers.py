@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from render import names
 from render.api import Config, MPIJob
 from render.children.common import decorate_gang, decorate_pod_spec, env_var, object_meta, pod_template_parts
+from render.jsonutil import copy_plain
 
 DEFAULT_WORKER_COMMAND = ["/usr/sbin/sshd", "-De"]
 
@@ -29,3 +31,24 @@ def worker_pod(job: MPIJob, index: int, config: Config) -> dict[str, Any]:
     if annotations:
         meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def worker_pods(job: MPIJob, indexes: Iterable[int], config: Config) -> list[dict[str, Any]]:
+    """The pods for `indexes`: one is built in full, the others are copies with their own name and index
+    (only the hostname and two labels differ between workers)."""
+    out: list[dict[str, Any]] = []
+    prototype: dict[str, Any] | None = None
+    for index in indexes:
+        if prototype is None:
+            prototype = worker_pod(job, index, config)
+            out.append(prototype)
+            continue
+        pod = copy_plain(prototype)
+        name = names.worker_name(job.name, index)
+        pod["metadata"]["name"] = name
+        pod["metadata"]["labels"][names.LABEL_REPLICA_INDEX] = str(
+            index + 1 if job.run_launcher_as_worker else index
+        )
+        pod["spec"]["hostname"] = name
+        out.append(pod)
+    return out

@@ -1,0 +1,77 @@
+"""The CLI (`python -m render`, console script `mpijob-render`) prints exactly what the goldens hold."""
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from render.cli import PLACEHOLDER_UID, main
+from tests.unit.golden_cases import GOLDEN, KEY_FILE, load_case
+
+
+def run_cli(args, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO(stdin)
+    try:
+        code = main(args)
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def case_args(case):
+    d = GOLDEN / case
+    _, _, config, now = load_case(case)
+    args = [str(d / "mpijob.yaml"), "--now", now, "--ssh-key", str(KEY_FILE)]
+    if (d / "observed.yaml").exists():
+        args += ["--observed", str(d / "observed.yaml")]
+    if config.cluster_domain:
+        args += ["--cluster-domain", config.cluster_domain]
+    if config.gang_scheduling:
+        args += ["--gang-scheduling", config.gang_scheduling]
+    return args
+
+
+@pytest.mark.parametrize(
+    "case", ["openmpi-pi", "scheduler-plugins", "cluster-domain", "launcher-failed-oomkilled"]
+)
+def test_children_and_status_match_golden(case):
+    code, out, err = run_cli(case_args(case))
+    assert (code, err) == (0, "")
+    assert out == (GOLDEN / case / "children.yaml").read_text()
+    code, out, _ = run_cli([*case_args(case), "--status"])
+    assert code == 0
+    assert out == (GOLDEN / case / "status.yaml").read_text()
+
+
+def test_invalid_exits_2_with_one_line_per_error():
+    code, out, err = run_cli(case_args("invalid"))
+    assert code == 2 and out == ""
+    assert err == (GOLDEN / "invalid" / "errors.txt").read_text()
+
+
+def test_stdin_and_cli_defaults():
+    text = (GOLDEN / "openmpi-pi" / "mpijob.yaml").read_text()
+    text = text.replace("  namespace: default\n", "").replace(
+        "  uid: 7c5d1e7a-0000-4000-8000-000000000001\n", ""
+    )
+    code, out, _ = run_cli(["-", "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE)], stdin=text)
+    assert code == 0
+    assert PLACEHOLDER_UID in out and "namespace: default" in out
+
+
+def test_bad_now_and_fresh_key():
+    code, _, err = run_cli([str(GOLDEN / "openmpi-pi" / "mpijob.yaml"), "--now", "yesterday"])
+    assert code == 2 and err.startswith("--now: ")
+    code, out, _ = run_cli([str(GOLDEN / "openmpi-pi" / "mpijob.yaml")])
+    assert code == 0 and "ssh-privatekey: " in out
+
+
+def test_python_dash_m():
+    proc = subprocess.run(
+        [sys.executable, "-m", "render", *case_args("suspended")], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (GOLDEN / "suspended" / "children.yaml").read_text()

@@ -13,6 +13,7 @@ for Never); the restart back-off is a parameter (Kubernetes uses 10 s doubling, 
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import shutil
@@ -165,6 +166,9 @@ class Cluster:
         )
 
     def _apply(self, obj: dict[str, Any]) -> None:
+        obj = copy.deepcopy(obj)
+        if self.tamper is not None:
+            self.tamper(obj)  # on every apply, so updates keep the test's change too
         key = (obj["kind"], obj["metadata"]["name"])
         if key in self.live:
             if obj["kind"] not in ("Pod", "Job", "Secret"):
@@ -173,9 +177,6 @@ class Cluster:
                     if field in obj:
                         cur[field] = obj[field]
             return
-        obj = dict(obj)
-        if self.tamper is not None:
-            self.tamper(obj)
         obj["metadata"] = {
             **obj["metadata"],
             "uid": f"uid-{secrets.token_hex(6)}",
@@ -396,8 +397,6 @@ class Cluster:
                 own = f"{st.rt.hostname}.{pod['spec']['subdomain']}.{self.ns}.svc.{self._domain()}\t{own}"
             lines.append(f"{st.rt.ip}\t{own}")  # the kubelet's own-pod entry
             for fqdn, ip in sorted(records.items()):
-                if ip == st.rt.ip:
-                    continue
                 names = [fqdn] + [fqdn[: -len(s) - 1] for s in searches if fqdn.endswith("." + s)]
                 lines.append(f"{ip}\t" + " ".join(dict.fromkeys(names)))
             resolv = f"search {' '.join(searches)}\nnameserver 127.0.0.1\noptions ndots:5\n"

@@ -1,4 +1,8 @@
-"""MPIJobs for the L3 scenarios, written the way a user writes them (upstream's pi examples)."""
+"""MPIJobs for the L3 scenarios, written the way a user writes them (upstream's pi examples).
+
+`backoffLimit` defaults to 0 here so that a broken scenario fails in seconds instead of after six
+launcher restarts; the scenarios about retries set it explicitly.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ def mpijob(
     policy: str | None = None,
     worker_command: list[str] | None = None,
     readiness_port: int | None = None,
-    backoff_limit: int | None = None,
+    backoff_limit: int | None = 0,
 ) -> dict[str, Any]:
     img = IMAGES[image]
     root = img.user == "root"

@@ -1,0 +1,172 @@
+"""L3: real sshd and mpirun in network namespaces, driven only by render's output.
+
+Every scenario asserts which host each rank ran on, from the MPI program's own output (tests/mpi/mpi_hosts.c),
+and which MPI library it loaded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.mpi.harness import RunResult
+from tests.mpi.jobs import mpijob, sshd_argv
+
+pytestmark = [pytest.mark.l3, pytest.mark.timeout(240)]
+
+LIBRARY = {"OpenMPI": "Open MPI v5.", "MPICH": "MPICH Version:", "Intel": "Intel(R) MPI Library"}
+# Kubernetes restarts a crashed container after 10 s, doubling; 2 s keeps the retry scenarios short.
+FAST_BACKOFF = 2.0
+
+
+def library(result: RunResult, attempt: int = -1) -> str:
+    lines = [ln for ln in result.attempts[attempt].stdout.splitlines() if ln.startswith("LIBRARY ")]
+    return lines[0].removeprefix("LIBRARY ") if lines else ""
+
+
+def assert_two_by_two(result: RunResult, job: str, impl: str) -> None:
+    assert result.succeeded, result.describe()
+    ranks = result.ranks()
+    assert sorted(ranks) == [0, 1, 2, 3], result.describe()
+    # slotsPerWorker=2: two ranks on each worker, none on the launcher.
+    assert Counter(ranks.values()) == {f"{job}-worker-0": 2, f"{job}-worker-1": 2}, result.table()
+    assert library(result).startswith(LIBRARY[impl]), library(result)
+    assert "ALLREDUCE 4" in result.attempts[-1].stdout
+
+
+@pytest.mark.parametrize(
+    ("image", "impl"),
+    [
+        ("l3/openmpi:root", "OpenMPI"),
+        ("l3/openmpi:nonroot", "OpenMPI"),
+        ("l3/intel:nonroot", "Intel"),
+        ("l3/mpich:nonroot", "MPICH"),
+    ],
+    ids=["openmpi5-root", "openmpi5-nonroot", "intel-nonroot", "mpich-nonroot"],
+)
+def test_two_workers_two_slots(run_job: Any, image: str, impl: str) -> None:
+    job = mpijob("pi", image, impl=impl)
+    result = run_job(job)
+    assert_two_by_two(result, "pi", impl)
+    assert len(result.attempts) == 1
+    sep = " slots=" if impl == "OpenMPI" else ":"
+    assert result.hostfile == f"pi-worker-0.pi.l3.svc{sep}2\npi-worker-1.pi.l3.svc{sep}2\n"
+
+
+LAW_IMAGES = [("l3/openmpi:nonroot", "OpenMPI"), ("l3/mpich:nonroot", "MPICH"), ("l3/intel:nonroot", "Intel")]
+LAW_IDS = ["openmpi5", "mpich", "intel"]
+
+
+@pytest.mark.parametrize(("image", "impl"), LAW_IMAGES, ids=LAW_IDS)
+def test_run_launcher_as_worker(run_job: Any, image: str, impl: str) -> None:
+    """The launcher is the first host of the hostfile: ranks 0-1 run on it (no ssh to itself, it runs
+    no sshd), ranks 2-3 on the one worker. See FINDINGS.md for Open MPI 5 and Intel MPI."""
+    job = mpijob("law", image, impl=impl, workers=1, launcher_as_worker=True)
+    result = run_job(job)
+    assert result.hostfile.splitlines()[0].startswith("law-launcher")
+    assert result.succeeded, result.describe()
+    assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
+    assert library(result).startswith(LIBRARY[impl]), library(result)
+
+
+def _bare_launcher_host(obj: dict[str, Any]) -> None:
+    """FINDINGS.md, finding 1: the launcher's own hostfile line written with its bare hostname."""
+    if obj["kind"] == "ConfigMap" and "hostfile" in obj.get("data", {}):
+        obj["data"]["hostfile"] = obj["data"]["hostfile"].replace("law-launcher.law.l3.svc", "law-launcher")
+
+
+@pytest.mark.parametrize(("image", "impl"), LAW_IMAGES, ids=LAW_IDS)
+def test_run_launcher_as_worker_with_proposed_hostfile_fix(run_job: Any, image: str, impl: str) -> None:
+    """Evidence for the fix proposed in FINDINGS.md: the same jobs pass with the bare launcher name."""
+    job = mpijob("law", image, impl=impl, workers=1, launcher_as_worker=True)
+    result = run_job(job, tamper=_bare_launcher_host)
+    assert result.hostfile.splitlines()[0].split()[0].split(":")[0] == "law-launcher"
+    assert result.succeeded, result.describe()
+    assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
+
+
+def test_run_launcher_as_worker_openmpi5_resolving_hostnames(run_job: Any) -> None:
+    """Finding 1, Open MPI only: PRRTE does not resolve hostfile names to find itself unless told to."""
+
+    def resolve(obj: dict[str, Any]) -> None:
+        if obj["kind"] == "Job":
+            env = obj["spec"]["template"]["spec"]["containers"][0]["env"]
+            env.append({"name": "PRTE_MCA_prte_do_not_resolve", "value": "false"})
+
+    job = mpijob("law", "l3/openmpi:nonroot", workers=1, launcher_as_worker=True)
+    result = run_job(job, tamper=resolve)
+    assert result.succeeded, result.describe()
+    assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
+
+
+def _event_time(result: RunResult, text: str) -> float:
+    return next(t for t, what in result.timeline if text in what)
+
+
+def test_wait_for_workers_ready_holds_launcher(run_job: Any) -> None:
+    """worker-1 starts 4 s late; render returns no launcher Job until both workers are Ready."""
+    job = mpijob("wfr", "l3/openmpi:nonroot", policy="WaitForWorkersReady", readiness_port=2222)
+    result = run_job(job, start_delays={"wfr-worker-1": 4.0}, restart_backoff=FAST_BACKOFF)
+    ready = _event_time(result, "wfr-worker-1 Ready=True")
+    created = _event_time(result, "created Job wfr-launcher")
+    assert created >= ready >= 4.0, result.describe()
+    assert len(result.attempts) == 1, result.describe()
+    assert_two_by_two(result, "wfr", "OpenMPI")
+
+
+def test_default_policy_late_sshd_retried_by_connection_attempts(run_job: Any) -> None:
+    """Worker pods are Ready (no probe) and in DNS at once, but worker-1's sshd listens 4 s later:
+    ssh's `ConnectionAttempts=10` (from the rendered launcher env) rides it out in the first attempt."""
+    late = ["/bin/sh", "-c", "sleep 4; exec " + " ".join(sshd_argv("l3/openmpi:nonroot"))]
+    job = mpijob("lsd", "l3/openmpi:nonroot", worker_command=late)
+    result = run_job(job, restart_backoff=FAST_BACKOFF)
+    assert len(result.attempts) == 1, result.describe()
+    a = result.attempts[0]
+    assert a.ended is not None and a.ended - a.started >= 3.0, "mpirun should have waited for sshd"
+    assert_two_by_two(result, "lsd", "OpenMPI")
+
+
+def test_default_policy_late_worker_pod_fails_then_job_retries(run_job: Any) -> None:
+    """worker-1's container starts 5 s late, so it is not Ready and has no DNS record when the launcher
+    (AtStartup) runs: what the user sees is the resolver error, then the launcher Job's retry succeeds."""
+    job = mpijob("lwp", "l3/openmpi:nonroot", backoff_limit=6)
+    result = run_job(job, start_delays={"lwp-worker-1": 5.0}, restart_backoff=FAST_BACKOFF)
+    first = result.attempts[0]
+    print("first attempt's stderr, as `kubectl logs` shows it:\n" + first.stderr)
+    assert first.rc != 0
+    assert "Could not resolve hostname lwp-worker-1.lwp.l3.svc" in first.stderr, first.stderr
+    assert len(result.attempts) >= 2
+    assert_two_by_two(result, "lwp", "OpenMPI")
+
+
+def _without_prte(obj: dict[str, Any]) -> None:
+    """Filter the rendered launcher env as an operator emitting only upstream's ORTE names would."""
+    if obj["kind"] != "Job":
+        return
+    for c in obj["spec"]["template"]["spec"]["containers"]:
+        c["env"] = [e for e in c.get("env", []) if not e["name"].startswith("PRTE_MCA_")]
+
+
+def test_openmpi5_without_prte_variables_runs_on_launcher_only(run_job: Any) -> None:
+    """Upstream #842: with only the OMPI_MCA_orte_* variables Open MPI 5 ignores the hostfile.
+    `mpirun -n 4` has no slots on the launcher alone, and `mpirun -n 2` silently runs both ranks there."""
+    job = mpijob("noprte", "l3/openmpi:nonroot")
+    result = run_job(job, tamper=_without_prte)
+    assert not result.succeeded, result.describe()
+    assert "not enough slots" in result.attempts[0].stdout + result.attempts[0].stderr, result.describe()
+    assert not result.ranks()
+
+    job = mpijob("noprte2", "l3/openmpi:nonroot", ranks=2)
+    result = run_job(job, tamper=_without_prte)
+    assert result.succeeded, result.describe()
+    assert result.ranks() == {0: "noprte2-launcher", 1: "noprte2-launcher"}, result.table()
+
+
+def test_openmpi5_with_prte_variables_two_ranks_go_to_workers(run_job: Any) -> None:
+    """The control for the test above: the same 2-rank job with render's env uses the workers."""
+    job = mpijob("prte2", "l3/openmpi:nonroot", ranks=2)
+    result = run_job(job)
+    assert result.succeeded, result.describe()
+    assert set(result.ranks().values()) <= {"prte2-worker-0", "prte2-worker-1"}, result.table()

@@ -123,7 +123,21 @@ def execute(
     owner_description: str = "its owner",
 ) -> ExecResult:
     """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others."""
-    run = _Run(_dynamic(client), field_manager, "All" if dry_run else None)
+    if not plan.writes and not plan.conflicts:
+        return ExecResult()
+    try:
+        dyn = _dynamic(client)  # discovery on first use: it can fail like any request
+    except (ApiException, HTTPError, OSError) as exc:
+        log.warning("API discovery failed: %s", _message(exc))
+        return ExecResult(
+            failures=(
+                *(Failure(e.key, "delete", "discovery", _message(exc)) for e in plan.deletes),
+                *(Failure(e.key, "create", "discovery", _message(exc)) for e in plan.creates),
+                *(Failure(e.key, "apply", "discovery", _message(exc)) for e in plan.patches),
+            ),
+            retry=True,
+        )
+    run = _Run(dyn, field_manager, "All" if dry_run else None)
     for delete in plan.deletes:
         run.delete(delete)
     for create in plan.creates:

@@ -180,3 +180,18 @@ def test_empty_plan_sends_nothing() -> None:
     fake = FakeDynamic()
     result = execute(Plan(), fake)  # type: ignore[arg-type]
     assert result.ok and not fake.calls and not result.events
+
+
+def test_unreachable_server_is_retryable() -> None:
+    from kubernetes.client import ApiClient, Configuration
+
+    config = Configuration(host="http://127.0.0.1:9")  # discard port: connection refused
+    config.retries = 0
+    with ApiClient(config) as api:
+        result = execute(full_plan(), api)
+    assert result.retry and not result.ok
+    assert [(f.verb, f.code) for f in result.failures] == [
+        ("delete", "discovery"),
+        ("create", "discovery"),
+        ("apply", "discovery"),
+    ]

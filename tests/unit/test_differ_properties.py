@@ -3,7 +3,8 @@
 * a plan against its own output (live == desired, plus server metadata) is empty;
 * a plan against live objects the server has defaulted and canonicalised is empty;
 * removing any non-zero field we render from live yields a patch;
-* create-only kinds never get a patch body outside their mutable paths.
+* create-only kinds never get a patch body outside their mutable paths;
+* render's children (tests/strategies.py MPIJobs) planned against their stored form are empty.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from reconcile.differ import plan
 from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
 from reconcile.semantics import is_zero
+from render import Config, Observed, render
+from tests import strategies
 
 OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
 KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
@@ -202,3 +205,30 @@ def test_create_only_patches_stay_inside_the_mutable_paths(
         other_live["metadata"]["labels"].get(k) != v for k, v in want["metadata"]["labels"].items()
     )
     assert bool(result.patches) == has_drift
+
+
+def stored(obj: dict[str, Any], n: int) -> dict[str, Any]:
+    """``obj`` as the server returns it: server metadata, zero values dropped, status."""
+    live = drop_zero_values(copy.deepcopy(obj))
+    live["metadata"].update(
+        uid=f"uid-{n}", resourceVersion=str(n + 1), creationTimestamp="2025-06-01T12:00:00Z"
+    )
+    live["status"] = {}
+    return live
+
+
+@settings(max_examples=60, deadline=None)
+@given(strategies.mpijobs())
+def test_render_output_planned_against_itself_is_empty(mpijob: dict[str, Any]) -> None:
+    """With render's published strategies: every child is ours, and its own stored form plans empty,
+    under the default policy and with every rendered field compared."""
+    observed = Observed.from_objects([], now=strategies.NOW, fresh_ssh_key=strategies.TEST_KEY)
+    desired = render(mpijob, observed, Config())
+    first = plan(desired, [], DEFAULT_POLICY, strategies.JOB_UID)
+    assert len(first.creates) == len(desired) and not first.conflicts
+    live = [stored(obj, n) for n, obj in enumerate(desired)]
+    assert not plan(desired, live, DEFAULT_POLICY, strategies.JOB_UID)
+    assert not plan(desired, live, Policy(), strategies.JOB_UID)
+    assert not plan(desired, live, DEFAULT_POLICY, "another-owner").writes, (
+        "someone else's objects: no writes"
+    )

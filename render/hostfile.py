@@ -12,14 +12,17 @@ def hostfile(job: MPIJob, cluster_domain: str) -> str:
     """Launcher first when it runs as a worker, then every worker from spec.replicas."""
     slots = job.spec.slots_per_worker
     openmpi = job.spec.mpi_implementation == "OpenMPI"
+    # Only the launcher reads the hostfile, and it must see its own line as itself: Open MPI 5 (PRRTE) and
+    # Intel MPI compare the name with the local hostname instead of resolving it, so the launcher's line is
+    # its bare hostname (upstream writes the FQDN and they then ssh to the launcher; tests/mpi/FINDINGS.md).
     hosts = []
     if job.run_launcher_as_worker:
         hosts.append(names.launcher_name(job.name))
-    hosts += [names.worker_name(job.name, i) for i in range(job.worker_replicas)]
-    lines = []
-    for host in hosts:
-        fqdn = names.host_fqdn(host, job.name, job.namespace, cluster_domain)
-        lines.append(f"{fqdn} slots={slots}\n" if openmpi else f"{fqdn}:{slots}\n")
+    hosts += [
+        names.host_fqdn(names.worker_name(job.name, i), job.name, job.namespace, cluster_domain)
+        for i in range(job.worker_replicas)
+    ]
+    lines = [f"{host} slots={slots}\n" if openmpi else f"{host}:{slots}\n" for host in hosts]
     return "".join(lines)
 
 

@@ -110,7 +110,7 @@ def test_launcher_as_worker_without_worker_spec():
     del j["spec"]["mpiReplicaSpecs"]["Worker"]
     children = render(j, observed(), Config(gang_scheduling="volcano"))
     assert by_kind(children, "Pod") == []
-    assert by_kind(children, "ConfigMap")[0]["data"]["hostfile"] == "pi-launcher.pi.ns.svc slots=1\n"
+    assert by_kind(children, "ConfigMap")[0]["data"]["hostfile"] == "pi-launcher slots=1\n"
     assert by_kind(children, "PodGroup")[0]["spec"]["minMember"] == 1
     env = by_kind(children, "Job")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert not any(e["name"].startswith("NVIDIA_") for e in env)

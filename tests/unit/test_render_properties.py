@@ -130,10 +130,12 @@ def test_hostfile_lists_exactly_the_expected_hosts(scenario):
     hosts += [f"{name}-worker-{i}" for i in range(parsed.worker_replicas)]
     suffix = f".{name}.{ns}.svc" + (f".{config.cluster_domain}" if config.cluster_domain else "")
     slots = parsed.spec.slots_per_worker
+    # the launcher's own line is its bare hostname; workers are FQDNs
+    fqdns = [h if h.endswith("-launcher") else h + suffix for h in hosts]
     if parsed.spec.mpi_implementation == "OpenMPI":
-        expected = [f"{h}{suffix} slots={slots}" for h in hosts]
+        expected = [f"{h} slots={slots}" for h in fqdns]
     else:
-        expected = [f"{h}{suffix}:{slots}" for h in hosts]
+        expected = [f"{h}:{slots}" for h in fqdns]
     assert cms[0]["data"]["hostfile"].splitlines() == expected
     script = cms[0]["data"]["discover_hosts.sh"].splitlines()
     assert script[0] == "#!/bin/sh"

@@ -118,6 +118,13 @@ def build_layer(image: Image, dest: Path) -> Path:
         "    UserKnownHostsFile /dev/null\n"
         f"    Port {image.ssh_port}\n",
     )
+    # Cluster DNS is emulated by the per-pod hosts file: a name missing there is NXDOMAIN, as a real
+    # cluster's DNS answers for an unready pod ("Name or service not known", not a timeout).
+    nss = Path("/etc/nsswitch.conf").read_text().splitlines()
+    _write(
+        dest / "etc/nsswitch.conf",
+        "\n".join("hosts: files" if ln.startswith("hosts:") else ln for ln in nss) + "\n",
+    )
     if image.user == "root":
         key = dest / "etc/ssh/ssh_host_ed25519_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)

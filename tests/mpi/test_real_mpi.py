@@ -134,7 +134,7 @@ def test_default_policy_late_worker_pod_fails_then_job_retries(run_job: Any) -> 
     job = mpijob("lwp", "l3/openmpi:nonroot", backoff_limit=6)
     result = run_job(job, start_delays={"lwp-worker-1": 5.0}, restart_backoff=FAST_BACKOFF)
     first = result.attempts[0]
-    print("first attempt's stderr, as `kubectl logs` shows it:\n" + first.stderr)
+    print("first attempt, as `kubectl logs` shows it:\n" + first.stdout + first.stderr)
     assert first.rc != 0
     assert "Could not resolve hostname lwp-worker-1.lwp.l3.svc" in first.stderr, first.stderr
     assert len(result.attempts) >= 2

@@ -16,7 +16,9 @@ from typing import Any
 
 import render
 from reconcile import events as ev
+from reconcile.differ import plan
 from reconcile.events import EventRecorder
+from reconcile.executor import FIELD_MANAGER, ExecResult, execute
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -35,6 +37,8 @@ from reconcile.kube import (
     resource_for,
 )
 from reconcile.metrics import Metrics
+from reconcile.plan import Plan
+from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, Policy
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (
@@ -47,8 +51,24 @@ from render import names
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "mpi-operator"
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
+
+
+# The per-kind update policy (DESIGN §3.4), as data: Pods and the SSH Secret are create-only (labels and
+# annotations may change); the launcher Job takes only `suspend` and, while suspended and not started, the
+# scheduling directives; ConfigMap, Service and PodGroups are patched in place. Creates go in this order.
+POLICY = Policy(
+    kinds={
+        ("", "Service"): PATCH,
+        ("", "ConfigMap"): PATCH,
+        ("", "Secret"): CREATE_ONLY,
+        ("scheduling.volcano.sh", "PodGroup"): PATCH,
+        ("scheduling.x-k8s.io", "PodGroup"): PATCH,
+        ("", "Pod"): CREATE_ONLY,
+        ("batch", "Job"): JOB_POLICY,
+    },
+    order=("Service", "ConfigMap", "Secret", "PodGroup", "Pod", "Job"),
+)
 
 
 def podgroup_resource(gang_scheduling: str) -> Resource | None:
@@ -105,6 +125,8 @@ class Controller:
         self._workers: list[threading.Thread] = []
         # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
         self._fresh_keys: dict[str, render.SSHKey] = {}
+        # job uid -> wanted names a create found taken by objects our watches cannot see
+        self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
 
@@ -218,22 +240,18 @@ class Controller:
         now = self._now()
         try:
             job = render.parse_mpijob(obj)
-        except render.ValidationError as err:
-            self._invalid(obj, err, now)
+        except render.ValidationError:
+            self._invalid(obj, now)
             return
         children = self.children_of(job)
+        children += self._held_names(job, children)
         observed = self._observe(job, children, now)
-        # Objects with wanted names that the caches do not hold (not labelled by us, or not seen yet).
-        extra = self._find_uncached(job, observed, children)
-        if extra:
-            children = children + extra
-            observed = self._observe(job, children, now)
 
         old_status = obj.get("status") or {}
         new_status = render.status(job, observed, self.config)
         if status_changed(old_status, new_status):
             obj = self._write_status(obj, new_status)
-        self._record(obj, job, old_status, new_status)
+        self._record(obj, old_status, new_status)
 
         if render.ttl_expired(job, new_status, now):
             log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
@@ -246,16 +264,24 @@ class Controller:
 
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
-        self._clear_launcher_start_time(desired, live)
-        conflicts = self._plan_and_execute(obj, job, desired, live)
+        live = self._clear_launcher_start_time(desired, live)
+        the_plan = plan(desired, live, POLICY, job.uid)
+        if the_plan:
+            log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
+        result = execute(the_plan, self.kube.api_client, self.field_manager, owner_description="MPIJob")
+        self._after_execute(obj, job, the_plan, result)
 
-        if any(o.get("kind") == "Job" for o in desired) or self._owned_launcher(job, live) is not None:
+        if self._owned_launcher(job, live) is not None or any(
+            o.key.kind == "Job" and o.result == "created" for o in result.done
+        ):
             self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
         wake = render.next_wakeup(job, new_status, now)
         if wake is not None:
             self.queue.add_after(key, max(0.0, (wake - now).total_seconds()) + 0.01)
-        if conflicts:
-            raise SyncError(f"{len(conflicts)} wanted names held by objects not controlled by {key}")
+        if the_plan.conflicts:
+            raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
+        if not result.ok:
+            raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
@@ -277,6 +303,56 @@ class Controller:
             add(self.priority_classes.store.list())
         return out
 
+    def wanted(self, job: Any) -> list[tuple[Resource, str]]:
+        """Every name the job's children may take; any object holding one must be seen (conflicts)."""
+        out = [
+            (SERVICE, job.name),
+            (CONFIGMAP, names.config_name(job.name)),
+            (SECRET, names.ssh_secret_name(job.name)),
+            (JOB, names.launcher_name(job.name)),
+        ]
+        if self.podgroup_res is not None:
+            out.append((self.podgroup_res, job.name))
+        out += [(POD, names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
+        return out
+
+    def _held_names(self, job: Any, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Objects holding wanted names that are not our children: from the caches, or, for objects
+        without our labels (invisible to the label-filtered watches), from the names a create of ours
+        found taken earlier (re-read on every sync of this job, dropped once gone)."""
+        have = {(o.get("kind"), o["metadata"].get("name")) for o in children}
+        out: list[dict[str, Any]] = []
+        taken = self._taken.get(job.uid, {})
+        for res, name in self.wanted(job):
+            if (res.kind, name) in have:
+                taken.pop((res, name), None)
+                continue
+            cached = self.children[res].store.get(f"{job.namespace}/{name}")
+            if cached is not None:
+                taken.pop((res, name), None)
+                out.append(cached)
+            elif (res, name) in taken:
+                found = self._read(res, job.namespace, name)
+                if found is None:
+                    taken.pop((res, name), None)
+                else:
+                    out.append(found)
+        if not taken:
+            self._taken.pop(job.uid, None)
+        return out
+
+    def _read(self, res: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.kube.get(res, namespace, name)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        found.setdefault("apiVersion", res.api_version)
+        found.setdefault("kind", res.kind)
+        (found.get("metadata") or {}).pop("managedFields", None)
+        return found
+
     def _observe(self, job: Any, children: list[dict[str, Any]], now: datetime) -> render.Observed:
         has_secret = any(
             o.get("kind") == "Secret"
@@ -284,40 +360,14 @@ class Controller:
             and (controller_ref(o) or {}).get("uid") == job.uid
             for o in children
         )
-        key = self._fresh_keys.get(job.uid) if not has_secret else None
-        if not has_secret and key is None:
-            key = render.generate_ssh_key()
-            self._fresh_keys[job.uid] = key
         if has_secret:
             self._fresh_keys.pop(job.uid, None)
+            key = None
+        else:
+            key = self._fresh_keys.get(job.uid)
+            if key is None:
+                key = self._fresh_keys[job.uid] = render.generate_ssh_key()
         return render.Observed.from_objects(children, now=now, fresh_ssh_key=key)
-
-    def _find_uncached(
-        self, job: Any, observed: render.Observed, children: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        have = {(o.get("kind"), o["metadata"].get("name")) for o in children}
-        extra: list[dict[str, Any]] = []
-        for want in render.render(job, observed, self.config):
-            kind, name = want.get("kind"), want["metadata"]["name"]
-            if (kind, name) in have:
-                continue
-            res = resource_for(want)
-            inf = self.children.get(res)
-            cached = inf.store.get(f"{job.namespace}/{name}") if inf is not None else None
-            if cached is not None:
-                extra.append(cached)
-                continue
-            try:
-                found = self.kube.get(res, job.namespace, name)
-            except ApiError as err:
-                if err.status == 404:
-                    continue
-                raise
-            found.setdefault("apiVersion", res.api_version)
-            found.setdefault("kind", res.kind)
-            (found.get("metadata") or {}).pop("managedFields", None)
-            extra.append(found)
-        return extra
 
     def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:
         for o in live:
@@ -329,13 +379,13 @@ class Controller:
                 return o
         return None
 
-    def _invalid(self, obj: dict[str, Any], err: render.ValidationError, now: datetime) -> None:
-        message = "; ".join(str(e) for e in err.errors) or str(err)
+    def _invalid(self, obj: dict[str, Any], now: datetime) -> None:
+        """Failed/ValidationError through render's status, and the Warning event render derives from it."""
         old_status = obj.get("status") or {}
         new_status = render.status(obj, render.Observed.from_objects((), now=now), self.config)
         if status_changed(old_status, new_status):
-            self._write_status(obj, new_status)
-            self.recorder.event(obj, ev.WARNING, "ValidationError", message)
+            obj = self._write_status(obj, new_status)
+        self._record(obj, old_status, new_status)
 
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         body = copy.deepcopy(obj)
@@ -346,8 +396,8 @@ class Controller:
         self.mpijobs.observe(updated)
         return updated
 
-    def _record(self, obj: dict[str, Any], job: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
-        for e in render.events(job, old, new):
+    def _record(self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+        for e in render.events(obj, old, new):
             self.recorder.event(obj, e.type, e.reason, e.message)
         if not condition_true(old, "Created") and condition_true(new, "Created"):
             self.metrics.jobs_created.inc()
@@ -360,12 +410,15 @@ class Controller:
         ):
             self.metrics.jobs_failed.inc()
 
-    def _clear_launcher_start_time(self, desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> None:
+    def _clear_launcher_start_time(
+        self, desired: list[dict[str, Any]], live: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
         target = launcher_resume_needs_start_time_cleared(desired, live)
         if target is None:
-            return
+            return live
         meta = target["metadata"]
+        log.info("clearing the launcher Job's startTime to resume", extra={"job": meta["name"]})
         updated = self.kube.patch(
             JOB,
             meta["namespace"],
@@ -374,15 +427,46 @@ class Controller:
             content_type=MERGE_PATCH,
             subresource="status",
         )
+        updated.setdefault("apiVersion", JOB.api_version)
+        updated.setdefault("kind", JOB.kind)
         self.children[JOB].observe(updated)
-        target.setdefault("status", {}).pop("startTime", None)
+        return [updated if o is target else o for o in live]
 
-    def _plan_and_execute(
-        self, obj: dict[str, Any], job: Any, desired: list[dict[str, Any]], live: list[dict[str, Any]]
-    ) -> list[Any]:
-        from reconcile.wiring import plan_and_execute
+    def _after_execute(self, obj: dict[str, Any], job: Any, the_plan: Plan, result: ExecResult) -> None:
+        # Read our writes back into the caches, so the next sync does not plan them again.
+        for outcome in result.done:
+            if outcome.object is None or outcome.result == "deleted":
+                continue
+            written = dict(outcome.object)
+            inf = self._informer_for(written)
+            if inf is not None:
+                inf.observe(written)
+        for conflict in the_plan.conflicts:
+            self.recorder.event(
+                obj,
+                ev.WARNING,
+                "ErrResourceExists",
+                f'Resource "{conflict.key.name}" of Kind "{conflict.key.kind}" already exists '
+                "and is not managed by MPIJob",
+            )
+        for data in result.events:
+            # Upstream emits no events for routine child writes; failures are worth telling.
+            if data.type == ev.WARNING and data.reason != "ErrResourceExists":
+                self.recorder.event(obj, data.type, data.reason, data.message)
+        if result.replan:
+            # A create met an existing object: remember the name so the next sync reads who holds it.
+            settled = {o.key for o in result.done} | {f.key for f in result.failures}
+            for create in the_plan.creates:
+                if create.key not in settled:
+                    res = resource_for(create.api_version, create.key.kind)
+                    self._taken.setdefault(job.uid, {})[(res, create.key.name)] = True
 
-        return plan_and_execute(self, obj, job, desired, live)
+    def _informer_for(self, obj: Mapping[str, Any]) -> Informer | None:
+        try:
+            res = resource_for(obj)
+        except KeyError:
+            return None
+        return self.children.get(res)
 
 
 class SyncError(Exception):

@@ -1,0 +1,820 @@
+"""L1: the operator as a subprocess against a real kube-apiserver, with no controllers or nodes.
+
+Pod and Job status are moved by hand through the status subresource, like upstream's integration suite.
+Upstream's seven scenarios, plus: a foreign ConfigMap with a wanted name, zero writes once converged.
+The process-level scenarios (SIGKILL mid-reconcile, two replicas) are in test_operator_process.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from reconcile.kube import (
+    CONFIGMAP,
+    CRD,
+    EVENT,
+    JOB,
+    MPIJOB,
+    POD,
+    SCHED_PLUGINS_PODGROUP,
+    SECRET,
+    SERVICE,
+    VOLCANO_PODGROUP,
+    ApiError,
+    Kube,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
+OPERATOR_LABEL = "training.kubeflow.org/operator-name=mpi-operator"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+# -- waiting --------------------------------------------------------------------------------------------
+def wait_for(fn: Callable[[], Any], what: str, timeout: float = 30, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except ApiError as err:
+            last = err
+            if err.status != 404:
+                raise
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def now_str() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the operator process -------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Operator:
+    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.log_path = log_dir / f"operator-{self.port}.log"
+        self.argv = [
+            sys.executable,
+            "-m",
+            "reconcile",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            namespace,
+            "--lock-namespace",
+            namespace,
+            "--monitoring-port",
+            str(self.port),
+            "--bind-address",
+            "127.0.0.1",
+            "--log-format",
+            "json",
+            *extra,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("KUBECONFIG", None)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
+            )
+        return self
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, b""
+        except OSError:
+            return 0, b""
+
+    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        status, body = self.get("/metrics")
+        assert status == 200, f"/metrics answered {status}"
+        out = {}
+        for line in body.decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name_labels, _, value = line.rpartition(" ")
+            name, _, labels = name_labels.partition("{")
+            pairs = frozenset(
+                tuple(kv.split("=", 1)) for kv in labels.rstrip("}").replace('"', "").split(",") if "=" in kv
+            )
+            out[(name, pairs)] = float(value)
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
+
+    def writes(self) -> float:
+        """API writes (events included) other than the lease renewals."""
+        total = 0.0
+        for (name, labels), value in self.metrics().items():
+            lab = dict(labels)
+            if (
+                name == "mpi_operator_api_requests_total"
+                and lab["verb"] in WRITE_VERBS
+                and lab["kind"] != "Lease"
+            ):
+                total += value
+        return total
+
+    def is_leader(self) -> bool:
+        return self.get("/metrics")[0] == 200 and self.metric("mpi_operator_is_leader") == 1
+
+    def wait_leading(self, timeout: float = 40) -> Operator:
+        wait_for(
+            lambda: self.alive() and self.is_leader() and self.get("/readyz")[0] == 200, "leader", timeout
+        )
+        return self
+
+    def alive(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log()}")
+        return True
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-8000:]
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def kube(api_client) -> Kube:
+    return Kube(api_client, qps=0)
+
+
+@pytest.fixture(scope="session")
+def mpijob_crd(l1_cluster) -> None:
+    api = l1_cluster.api_client()
+    try:
+        install_crds(Kube(api, qps=0), [yaml.safe_load_all(CRD_FILE.read_text())])
+    finally:
+        api.close()
+
+
+def install_crds(kube: Kube, docs_lists: list[Any]) -> None:
+    names = []
+    for docs in docs_lists:
+        for doc in docs:
+            if not doc:
+                continue
+            try:
+                kube.create(CRD, None, doc)
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+            names.append(doc["metadata"]["name"])
+    for name in names:
+
+        def established(name: str = name) -> bool:
+            crd = kube.get(CRD, None, name)
+            return any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or []
+            )
+
+        wait_for(established, f"CRD {name} Established")
+    time.sleep(1)  # discovery lags a moment behind Established
+
+
+def podgroup_crd(group: str, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"podgroups.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "podgroups",
+                "singular": "podgroup",
+                "kind": "PodGroup",
+                "listKind": "PodGroupList",
+            },
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def podgroup_crds(l1_cluster) -> None:
+    """Minimal PodGroup CRDs of volcano and scheduler-plugins (schemaless specs)."""
+    api = l1_cluster.api_client()
+    try:
+        install_crds(
+            Kube(api, qps=0),
+            [
+                [
+                    podgroup_crd("scheduling.volcano.sh", "v1beta1"),
+                    podgroup_crd("scheduling.x-k8s.io", "v1alpha1"),
+                ]
+            ],
+        )
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def start_operator(l1_cluster, namespace, mpijob_crd, tmp_path, request) -> Iterator[Callable[..., Operator]]:
+    started: list[Operator] = []
+
+    def start(*extra: str, wait: bool = True) -> Operator:
+        op = Operator(l1_cluster.kubeconfig, namespace, tmp_path, *extra).start()
+        started.append(op)
+        if wait:
+            op.wait_leading()
+        return op
+
+    yield start
+    for op in started:
+        op.terminate()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is None or rep.failed:
+        for op in started:
+            print(f"--- operator log ({op.port}) ---\n{op.log()}")
+
+
+# -- objects --------------------------------------------------------------------------------------------
+def mpijob(name: str = "pi", workers: int = 2, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "launcher",
+                                    "image": "mpi-pi",
+                                    "command": ["mpirun", "-n", "2", "pi"],
+                                }
+                            ]
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": workers,
+                    "template": {"spec": {"containers": [{"name": "worker", "image": "mpi-pi"}]}},
+                },
+            },
+        },
+    }
+    for key, value in spec.items():
+        if key == "runPolicy":
+            body["spec"]["runPolicy"].update(value)
+        else:
+            body["spec"][key] = value
+    return body
+
+
+def create_mpijob(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return kube.create(MPIJOB, namespace, body)
+
+
+def get_job(kube: Kube, ns: str, name: str = "pi") -> dict[str, Any]:
+    return kube.get(MPIJOB, ns, name)
+
+
+def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in status.get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+def has_condition(obj: dict[str, Any], ctype: str, status: str = "True", reason: str | None = None) -> bool:
+    c = condition(obj.get("status") or {}, ctype)
+    return c is not None and c["status"] == status and (reason is None or c.get("reason") == reason)
+
+
+def workers(kube: Kube, ns: str, name: str = "pi") -> list[dict[str, Any]]:
+    pods = kube.list(
+        POD, ns, labelSelector=f"training.kubeflow.org/job-name={name},training.kubeflow.org/job-role=worker"
+    )
+    return sorted(pods["items"], key=lambda p: p["metadata"]["name"])
+
+
+def live_workers(kube: Kube, ns: str, name: str = "pi") -> list[dict[str, Any]]:
+    return [p for p in workers(kube, ns, name) if not p["metadata"].get("deletionTimestamp")]
+
+
+def set_pod_status(
+    kube: Kube, pod: dict[str, Any], phase: str, ready: bool | None = None, **extra: Any
+) -> None:
+    for _ in range(10):
+        cur = kube.get(POD, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        status: dict[str, Any] = {"phase": phase, **extra}
+        if ready is not None:
+            status["conditions"] = [
+                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now_str()}
+            ]
+        cur["status"] = status
+        try:
+            kube.replace(POD, cur, subresource="status")
+            return
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    raise AssertionError("pod status kept conflicting")
+
+
+def set_job_status(kube: Kube, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    for _ in range(10):
+        cur = kube.get(JOB, ns, name)
+        cur["status"] = status
+        try:
+            return kube.replace(JOB, cur, subresource="status")
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    raise AssertionError("job status kept conflicting")
+
+
+def complete_launcher(kube: Kube, ns: str, name: str = "pi-launcher") -> None:
+    t = now_str()
+    set_job_status(
+        kube,
+        ns,
+        name,
+        {
+            "startTime": t,
+            "completionTime": t,
+            "succeeded": 1,
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": t, "lastProbeTime": t},
+                {"type": "Complete", "status": "True", "lastTransitionTime": t, "lastProbeTime": t},
+            ],
+        },
+    )
+
+
+def fail_launcher(kube: Kube, ns: str, name: str = "pi-launcher", failed: int = 2) -> None:
+    t = now_str()
+    cond = {"reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}
+    set_job_status(
+        kube,
+        ns,
+        name,
+        {
+            "startTime": t,
+            "failed": failed,
+            "conditions": [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "lastTransitionTime": t,
+                    "lastProbeTime": t,
+                    **cond,
+                },
+                {"type": "Failed", "status": "True", "lastTransitionTime": t, "lastProbeTime": t, **cond},
+            ],
+        },
+    )
+
+
+def create_launcher_pod(kube: Kube, ns: str, job_name: str = "pi-launcher", suffix: str = "abcde") -> dict:
+    """What the Job controller would create: a pod from the Job's template, controlled by the Job."""
+    job = kube.get(JOB, ns, job_name)
+    template = copy.deepcopy(job["spec"]["template"])
+    meta = template.get("metadata") or {}
+    meta.pop("ownerReferences", None)
+    meta.update(
+        {
+            "name": f"{job_name}-{suffix}",
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job_name,
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+    )
+    return kube.create(
+        POD, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+    )
+
+
+def events_of(kube: Kube, ns: str, name: str = "pi") -> list[tuple[str, str]]:
+    items = kube.list(EVENT, ns)["items"]
+    items = [
+        e
+        for e in items
+        if e["involvedObject"].get("name") == name and e["involvedObject"]["kind"] == "MPIJob"
+    ]
+    items.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+    return [(e["type"], e["reason"]) for e in items]
+
+
+def has_event(kube: Kube, ns: str, type_: str, reason: str, name: str = "pi") -> bool:
+    return (type_, reason) in events_of(kube, ns, name)
+
+
+def exists(kube: Kube, res: Any, ns: str, name: str) -> bool:
+    try:
+        kube.get(res, ns, name)
+        return True
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref["uid"]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # keep the call report for the operator-log fixture
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep
+
+
+# -- upstream's integration scenarios ------------------------------------------------------------------
+@pytest.mark.l1
+def test_mpijob_success(kube, namespace, start_operator):
+    op = start_operator()
+    job = create_mpijob(kube, namespace, mpijob())
+    uid = job["metadata"]["uid"]
+
+    wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobCreated"), "event MPIJobCreated")
+    svc = wait_for(lambda: kube.get(SERVICE, namespace, "pi"), "Service")
+    cm = wait_for(lambda: kube.get(CONFIGMAP, namespace, "pi-config"), "ConfigMap")
+    secret = wait_for(lambda: kube.get(SECRET, namespace, "pi-ssh"), "Secret")
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "launcher Job")
+    for obj in (svc, cm, secret, launcher, *pods):
+        assert controller_uid(obj) == uid, obj["metadata"]["name"]
+    # the Service selects the workers; Secret and ConfigMap are mounted
+    selector = svc["spec"]["selector"]
+    for pod in pods:
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        assert any(v.get("secret", {}).get("secretName") == "pi-ssh" for v in pod["spec"]["volumes"])
+    launcher_vols = launcher["spec"]["template"]["spec"]["volumes"]
+    assert any(v.get("secret", {}).get("secretName") == "pi-ssh" for v in launcher_vols)
+    assert any(v.get("configMap", {}).get("name") == "pi-config" for v in launcher_vols)
+    assert secret["type"] == "kubernetes.io/ssh-auth"
+    assert "pi-worker-1.pi." in cm["data"]["hostfile"]
+    created = wait_for(
+        lambda: has_condition(get_job(kube, namespace), "Created") and get_job(kube, namespace), "Created"
+    )
+    assert op.metric("mpi_operator_jobs_created_total") == 1
+
+    for pod in pods:
+        set_pod_status(kube, pod, "Running", ready=True)
+    wait_for(
+        lambda: (
+            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            == 2
+        ),
+        "Worker.active=2",
+    )
+    lpod = create_launcher_pod(kube, namespace)
+    set_pod_status(kube, lpod, "Running", ready=True)
+    wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobRunning"), "event MPIJobRunning")
+    running = wait_for(
+        lambda: (
+            (s := get_job(kube, namespace))["status"]["replicaStatuses"].get("Launcher", {}).get("active")
+            == 1
+            and has_condition(s, "Running")
+            and s
+        ),
+        "Launcher.active=1 and Running",
+    )
+    assert running["status"].get("startTime")
+    assert created
+
+    complete_launcher(kube, namespace)
+    done = wait_for(
+        lambda: has_condition(s := get_job(kube, namespace), "Succeeded") and s, "Succeeded condition"
+    )
+    assert done["status"]["replicaStatuses"]["Launcher"].get("succeeded") == 1
+    assert done["status"].get("completionTime")
+    wait_for(lambda: live_workers(kube, namespace) == [], "workers deleted (cleanPodPolicy Running)")
+    wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobSucceeded"), "event MPIJobSucceeded")
+    assert wait_for(lambda: op.metric("mpi_operator_jobs_successful_total") == 1, "successful metric")
+
+
+@pytest.mark.l1
+def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
+    start_operator()
+    create_mpijob(kube, namespace, mpijob(launcherCreationPolicy="WaitForWorkersReady"))
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    for pod in pods:
+        set_pod_status(kube, pod, "Running", ready=False)
+    wait_for(
+        lambda: (
+            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            == 2
+        ),
+        "Worker.active=2",
+    )
+    time.sleep(1.5)
+    assert not exists(kube, JOB, namespace, "pi-launcher"), "launcher created before the workers were ready"
+    for pod in pods:
+        set_pod_status(kube, pod, "Running", ready=True)
+    wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job once workers are ready")
+    lpod = create_launcher_pod(kube, namespace)
+    set_pod_status(kube, lpod, "Running", ready=True)
+    wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running condition")
+
+
+def launcher_template_spec(kube: Kube, ns: str) -> dict[str, Any]:
+    return kube.get(JOB, ns, "pi-launcher")["spec"]["template"]
+
+
+@pytest.mark.l1
+def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, start_operator):
+    start_operator()
+    create_mpijob(kube, namespace, mpijob(runPolicy={"suspend": True}))
+    wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobSuspended"), "event MPIJobSuspended")
+    assert has_event(kube, namespace, "Normal", "MPIJobCreated")
+    launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "suspended launcher Job")
+    assert launcher["spec"]["suspend"] is True
+    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Suspended") and s, "Suspended")
+    assert not job["status"].get("startTime")
+    assert workers(kube, namespace) == []
+    # What the Job controller does for a suspended Job, so the #772 path is exercised.
+    set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str()})
+
+    # Kueue-style admission: scheduling directives injected into the launcher template, then resume.
+    job = get_job(kube, namespace)
+    tmpl = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    tmpl.setdefault("metadata", {})["labels"] = {"kueue": "admitted"}
+    tmpl["metadata"]["annotations"] = {"kueue/flavor": "a"}
+    tmpl["spec"]["nodeSelector"] = {"pool": "a"}
+    tmpl["spec"]["tolerations"] = [{"key": "pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]
+    tmpl["spec"]["schedulingGates"] = [{"name": "kueue/gate"}]
+    job["spec"]["runPolicy"]["suspend"] = False
+    kube.replace(MPIJOB, job)
+
+    wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobResumed"), "event MPIJobResumed")
+    wait_for(lambda: len(workers(kube, namespace)) == 2, "2 workers after resume")
+    launcher = wait_for(
+        lambda: (j := kube.get(JOB, namespace, "pi-launcher"))["spec"].get("suspend") is False and j,
+        "unsuspended",
+    )
+    t = launcher["spec"]["template"]
+    assert t["metadata"]["labels"]["kueue"] == "admitted"
+    assert t["metadata"]["annotations"]["kueue/flavor"] == "a"
+    assert t["spec"]["nodeSelector"] == {"pool": "a"}
+    assert t["spec"]["tolerations"][0]["key"] == "pool"
+    assert t["spec"]["schedulingGates"] == [{"name": "kueue/gate"}]
+    job = wait_for(
+        lambda: (s := get_job(kube, namespace))["status"].get("startTime") and s, "startTime after resume"
+    )
+    assert has_condition(job, "Suspended", "False")
+
+    # suspend again: launcher suspended, workers deleted, Running False
+    job = get_job(kube, namespace)
+    job["spec"]["runPolicy"]["suspend"] = True
+    kube.replace(MPIJOB, job)
+    wait_for(
+        lambda: kube.get(JOB, namespace, "pi-launcher")["spec"].get("suspend") is True,
+        "launcher suspended again",
+    )
+    wait_for(lambda: live_workers(kube, namespace) == [], "workers deleted on suspend")
+    wait_for(lambda: has_condition(get_job(kube, namespace), "Running", "False"), "Running=False")
+
+    # change the template while suspended and resume: the new directives propagate
+    set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str()})
+    job = get_job(kube, namespace)
+    tmpl = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    tmpl["metadata"]["labels"] = {"kueue": "readmitted"}
+    tmpl["spec"]["nodeSelector"] = {"pool": "b"}
+    job["spec"]["runPolicy"]["suspend"] = False
+    kube.replace(MPIJOB, job)
+    t = wait_for(
+        lambda: (
+            (j := kube.get(JOB, namespace, "pi-launcher"))["spec"].get("suspend") is False
+            and j["spec"]["template"]
+        ),
+        "unsuspended again",
+    )
+    assert t["metadata"]["labels"]["kueue"] == "readmitted"
+    assert t["spec"]["nodeSelector"] == {"pool": "b"}
+
+
+@pytest.mark.l1
+def test_mpijob_failure(kube, namespace, start_operator):
+    op = start_operator()
+    create_mpijob(kube, namespace, mpijob())
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    for pod in pods:
+        set_pod_status(kube, pod, "Running", ready=True)
+    wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job")
+    # one failed launcher pod does not fail the job
+    lpod = create_launcher_pod(kube, namespace, suffix="aaaaa")
+    set_pod_status(kube, lpod, "Failed")
+    set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str(), "failed": 1})
+    wait_for(
+        lambda: (
+            (get_job(kube, namespace)["status"].get("replicaStatuses") or {})
+            .get("Launcher", {})
+            .get("failed")
+            == 1
+        ),
+        "Launcher.failed=1",
+    )
+    assert not has_condition(get_job(kube, namespace), "Failed")
+
+    fail_launcher(kube, namespace, failed=2)
+    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Failed") and s, "Failed condition")
+    assert job["status"]["replicaStatuses"]["Launcher"]["failed"] == 2
+    assert job["status"].get("completionTime")
+    wait_for(lambda: live_workers(kube, namespace) == [], "workers deleted")
+    wait_for(
+        lambda: any(
+            t == "Warning" and (r.startswith("BackoffLimitExceeded") or r == "MPIJobFailed")
+            for t, r in events_of(kube, namespace)
+        ),
+        "Warning failure event",
+    )
+    assert wait_for(lambda: op.metric("mpi_operator_jobs_failed_total") == 1, "failed metric")
+
+
+@pytest.mark.l1
+def test_mpijob_with_scheduler_plugins(kube, namespace, start_operator, podgroup_crds):
+    start_operator("--gang-scheduling", "scheduler-plugins-scheduler")
+    create_mpijob(kube, namespace, mpijob(runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 900}}))
+    pg = wait_for(lambda: kube.get(SCHED_PLUGINS_PODGROUP, namespace, "pi"), "scheduler-plugins PodGroup")
+    assert pg["spec"]["minMember"] == 3
+    assert pg["spec"]["scheduleTimeoutSeconds"] == 900
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    assert pods[0]["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+    assert pods[0]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "pi"
+    job = get_job(kube, namespace)
+    job["spec"]["runPolicy"]["schedulingPolicy"]["scheduleTimeoutSeconds"] = 10
+    kube.replace(MPIJOB, job)
+    wait_for(
+        lambda: kube.get(SCHED_PLUGINS_PODGROUP, namespace, "pi")["spec"]["scheduleTimeoutSeconds"] == 10,
+        "PodGroup updated",
+    )
+
+
+@pytest.mark.l1
+def test_mpijob_with_volcano(kube, namespace, start_operator, podgroup_crds):
+    start_operator("--gang-scheduling", "volcano")
+    create_mpijob(kube, namespace, mpijob(runPolicy={"schedulingPolicy": {"minAvailable": 3, "queue": "q1"}}))
+    pg = wait_for(lambda: kube.get(VOLCANO_PODGROUP, namespace, "pi"), "volcano PodGroup")
+    assert pg["spec"]["minMember"] == 3
+    assert pg["spec"]["queue"] == "q1"
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    assert pods[0]["spec"]["schedulerName"] == "volcano"
+    assert pods[0]["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "pi"
+    job = get_job(kube, namespace)
+    job["spec"]["runPolicy"]["schedulingPolicy"].update({"minAvailable": 2, "queue": "q2"})
+    kube.replace(MPIJOB, job)
+    wait_for(
+        lambda: (
+            (s := kube.get(VOLCANO_PODGROUP, namespace, "pi")["spec"])["minMember"] == 2
+            and s["queue"] == "q2"
+        ),
+        "PodGroup updated",
+    )
+
+
+@pytest.mark.l1
+def test_mpijob_managed_externally(kube, namespace, start_operator):
+    op = start_operator()
+    create_mpijob(kube, namespace, mpijob(runPolicy={"managedBy": "kueue.x-k8s.io/multikueue"}))
+    # a job we do manage, as a witness that the operator is working in this namespace
+    create_mpijob(kube, namespace, mpijob("witness"))
+    wait_for(lambda: exists(kube, SERVICE, namespace, "witness"), "the witness job's Service")
+    time.sleep(1)
+    job = get_job(kube, namespace)
+    assert not job.get("status"), job.get("status")
+    assert not exists(kube, JOB, namespace, "pi-launcher")
+    assert not exists(kube, SERVICE, namespace, "pi")
+    assert not exists(kube, SECRET, namespace, "pi-ssh")
+    assert workers(kube, namespace) == []
+    op.alive()
+
+
+# -- beyond upstream ----------------------------------------------------------------------------------
+@pytest.mark.l1
+def test_foreign_configmap_is_left_alone_and_reported(kube, namespace, start_operator):
+    foreign = kube.create(
+        CONFIGMAP,
+        namespace,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config"}, "data": {"mine": "yes"}},
+    )
+    start_operator()
+    create_mpijob(kube, namespace, mpijob())
+    wait_for(lambda: has_event(kube, namespace, "Warning", "ErrResourceExists"), "event ErrResourceExists")
+    wait_for(lambda: exists(kube, SERVICE, namespace, "pi"), "the other children still appear")
+    time.sleep(1)
+    cm = kube.get(CONFIGMAP, namespace, "pi-config")
+    assert cm["data"] == {"mine": "yes"}
+    assert cm["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    assert not cm["metadata"].get("ownerReferences")
+    # the job says why, in its status
+    status = get_job(kube, namespace).get("status") or {}
+    text = json.dumps(status.get("conditions") or [])
+    assert "pi-config" in text, text
+
+
+@pytest.mark.l1
+def test_no_writes_once_converged(kube, namespace, start_operator):
+    op = start_operator()
+    create_mpijob(kube, namespace, mpijob(workers=3))
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
+    for pod in pods:
+        set_pod_status(kube, pod, "Running", ready=True)
+    lpod = create_launcher_pod(kube, namespace)
+    set_pod_status(kube, lpod, "Running", ready=True)
+    wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running")
+    time.sleep(3)  # let the last watch events settle
+    before = op.writes()
+    rv_before = {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in all_children(kube, namespace)
+    }
+    time.sleep(8)
+    assert op.writes() == before, "the operator wrote during a quiet interval"
+    rv_after = {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in all_children(kube, namespace)
+    }
+    assert rv_after == rv_before
+
+
+def all_children(kube: Kube, ns: str) -> list[dict[str, Any]]:
+    out = [get_job(kube, ns)]
+    for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB):
+        out += kube.list(res, ns)["items"]
+    return out

@@ -62,43 +62,44 @@ LAW_IDS = ["openmpi5", "mpich", "intel"]
 @pytest.mark.parametrize(("image", "impl"), LAW_IMAGES, ids=LAW_IDS)
 def test_run_launcher_as_worker(run_job: Any, image: str, impl: str) -> None:
     """The launcher is the first host of the hostfile: ranks 0-1 run on it (no ssh to itself, it runs
-    no sshd), ranks 2-3 on the one worker. See FINDINGS.md for Open MPI 5 and Intel MPI."""
+    no sshd), ranks 2-3 on the one worker."""
     job = mpijob("law", image, impl=impl, workers=1, launcher_as_worker=True)
     result = run_job(job)
-    assert result.hostfile.splitlines()[0].startswith("law-launcher")
+    assert result.hostfile.splitlines()[0].split()[0].split(":")[0] == "law-launcher"
     assert result.succeeded, result.describe()
     assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
     assert library(result).startswith(LIBRARY[impl]), library(result)
 
 
-def _bare_launcher_host(obj: dict[str, Any]) -> None:
-    """FINDINGS.md, finding 1: the launcher's own hostfile line written with its bare hostname."""
+def _upstream_launcher_fqdn(obj: dict[str, Any]) -> None:
+    """Put back upstream's hostfile text for the launcher line: its FQDN instead of the bare hostname."""
     if obj["kind"] == "ConfigMap" and "hostfile" in obj.get("data", {}):
-        obj["data"]["hostfile"] = obj["data"]["hostfile"].replace("law-launcher.law.l3.svc", "law-launcher")
+        lines = obj["data"]["hostfile"].splitlines(keepends=True)
+        lines[0] = lines[0].replace("law-launcher", "law-launcher.law.l3.svc", 1)
+        obj["data"]["hostfile"] = "".join(lines)
 
 
-@pytest.mark.parametrize(("image", "impl"), LAW_IMAGES, ids=LAW_IDS)
-def test_run_launcher_as_worker_with_proposed_hostfile_fix(run_job: Any, image: str, impl: str) -> None:
-    """Evidence for the fix proposed in FINDINGS.md: the same jobs pass with the bare launcher name."""
+@pytest.mark.parametrize(
+    ("image", "impl", "works"),
+    [
+        ("l3/openmpi:nonroot", "OpenMPI", False),
+        ("l3/mpich:nonroot", "MPICH", True),
+        ("l3/intel:nonroot", "Intel", False),
+    ],
+    ids=LAW_IDS,
+)
+def test_run_launcher_as_worker_with_upstream_fqdn_line(
+    run_job: Any, image: str, impl: str, works: bool
+) -> None:
+    """Why render writes the launcher's own line bare (FINDINGS.md, finding 1): with upstream's FQDN line,
+    Open MPI 5 and Intel MPI do not recognise the launcher as local and ssh to it, where no sshd runs."""
     job = mpijob("law", image, impl=impl, workers=1, launcher_as_worker=True)
-    result = run_job(job, tamper=_bare_launcher_host)
-    assert result.hostfile.splitlines()[0].split()[0].split(":")[0] == "law-launcher"
-    assert result.succeeded, result.describe()
-    assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
-
-
-def test_run_launcher_as_worker_openmpi5_resolving_hostnames(run_job: Any) -> None:
-    """Finding 1, Open MPI only: PRRTE does not resolve hostfile names to find itself unless told to."""
-
-    def resolve(obj: dict[str, Any]) -> None:
-        if obj["kind"] == "Job":
-            env = obj["spec"]["template"]["spec"]["containers"][0]["env"]
-            env.append({"name": "PRTE_MCA_prte_do_not_resolve", "value": "false"})
-
-    job = mpijob("law", "l3/openmpi:nonroot", workers=1, launcher_as_worker=True)
-    result = run_job(job, tamper=resolve)
-    assert result.succeeded, result.describe()
-    assert result.ranks() == {0: "law-launcher", 1: "law-launcher", 2: "law-worker-0", 3: "law-worker-0"}
+    result = run_job(job, tamper=_upstream_launcher_fqdn)
+    assert result.hostfile.startswith("law-launcher.law.l3.svc")
+    assert result.succeeded is works, result.describe()
+    if not works:
+        out = result.attempts[0].stdout + result.attempts[0].stderr
+        assert "law-launcher.law.l3.svc" in out and not result.ranks(), out
 
 
 def _event_time(result: RunResult, text: str) -> float:
@@ -116,16 +117,43 @@ def test_wait_for_workers_ready_holds_launcher(run_job: Any) -> None:
     assert_two_by_two(result, "wfr", "OpenMPI")
 
 
-def test_default_policy_late_sshd_retried_by_connection_attempts(run_job: Any) -> None:
-    """Worker pods are Ready (no probe) and in DNS at once, but worker-1's sshd listens 4 s later:
-    ssh's `ConnectionAttempts=10` (from the rendered launcher env) rides it out in the first attempt."""
-    late = ["/bin/sh", "-c", "sleep 4; exec " + " ".join(sshd_argv("l3/openmpi:nonroot"))]
-    job = mpijob("lsd", "l3/openmpi:nonroot", worker_command=late)
-    result = run_job(job, restart_backoff=FAST_BACKOFF)
+@pytest.mark.parametrize(
+    ("image", "impl"),
+    [("l3/openmpi:nonroot", "OpenMPI"), ("l3/mpich:nonroot", "MPICH"), ("l3/intel:nonroot", "Intel")],
+    ids=["openmpi5", "mpich", "intel"],
+)
+def test_default_policy_late_sshd_retried_by_connection_attempts(run_job: Any, image: str, impl: str) -> None:
+    """Worker pods are Ready (no probe) and in DNS at once, but the workers' sshd listens 3 s later:
+    ssh's `ConnectionAttempts=10` (from the rendered launcher env) rides it out in the first attempt.
+    MPICH: FINDINGS.md, finding 2."""
+    late = ["/bin/sh", "-c", "sleep 3; exec " + " ".join(sshd_argv(image))]
+    job = mpijob("lsd", image, impl=impl, worker_command=late)
+    result = run_job(job)
     assert len(result.attempts) == 1, result.describe()
     a = result.attempts[0]
-    assert a.ended is not None and a.ended - a.started >= 3.0, "mpirun should have waited for sshd"
-    assert_two_by_two(result, "lsd", "OpenMPI")
+    assert a.rc == 0 and a.ended is not None and a.ended - a.started >= 2.5, result.describe()
+    assert_two_by_two(result, "lsd", impl)
+
+
+def _upstream_hydra_env(obj: dict[str, Any]) -> None:
+    """Only upstream's MPICH variable name for the ssh arguments, HYDRA_LAUNCH_EXTRA_ARGS."""
+    if obj["kind"] != "Job":
+        return
+    for c in obj["spec"]["template"]["spec"]["containers"]:
+        env = [e for e in c.get("env", []) if e["name"] != "HYDRA_LAUNCHER_EXTRA_ARGS"]
+        assert any(e["name"] == "HYDRA_LAUNCH_EXTRA_ARGS" for e in env)
+        c["env"] = env
+
+
+def test_mpich_ignores_upstream_hydra_launch_extra_args(run_job: Any) -> None:
+    """FINDINGS.md, finding 2: MPICH's hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; with upstream's
+    HYDRA_LAUNCH_EXTRA_ARGS alone, ssh gets no ConnectionAttempts and a late sshd fails the launch at once."""
+    late = ["/bin/sh", "-c", "sleep 3; exec " + " ".join(sshd_argv("l3/mpich:nonroot"))]
+    job = mpijob("lsd", "l3/mpich:nonroot", impl="MPICH", worker_command=late)
+    result = run_job(job, tamper=_upstream_hydra_env)
+    a = result.attempts[0]
+    assert not result.succeeded and a.ended is not None and a.ended - a.started < 2.5, result.describe()
+    assert "port 2222: Connection refused" in a.stderr, a.stderr
 
 
 def test_default_policy_late_worker_pod_fails_then_job_retries(run_job: Any) -> None:

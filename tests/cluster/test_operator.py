@@ -389,7 +389,9 @@ def set_pod_status(
 def set_job_status(kube: Kube, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
     for _ in range(10):
         cur = kube.get(JOB, ns, name)
-        cur["status"] = status
+        old = cur.get("status") or {}
+        # startTime may not move or vanish once set on an unsuspended Job
+        cur["status"] = {**status, **({"startTime": old["startTime"]} if old.get("startTime") else {})}
         try:
             return kube.replace(JOB, cur, subresource="status")
         except ApiError as err:
@@ -797,6 +799,7 @@ def test_no_writes_once_converged(kube, namespace, start_operator):
     pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
     for pod in pods:
         set_pod_status(kube, pod, "Running", ready=True)
+    wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job")
     lpod = create_launcher_pod(kube, namespace)
     set_pod_status(kube, lpod, "Running", ready=True)
     wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running")

@@ -9,6 +9,11 @@ Rules (docs/architecture.md, DESIGN §3):
    being deleted is left alone (and a desired one becomes a ``Wait``).
 4. No patch when live already holds what we render (``semantics.holds``), compared only on the paths the
    kind's policy lets us change; the patch body is the desired object restricted to those paths.
+5. A field, map key or list item that our field manager set (``metadata.managedFields``), that live
+   still has and desired no longer renders, on those same paths, is removed (``semantics_removals``):
+   the patch carries RFC 6902 ``remove`` ops guarded by a ``test`` of live's resourceVersion. Server-side
+   apply cannot be trusted to remove them: fields our create (a POST) set belong to an ``Update`` entry,
+   which an apply never clears (kubernetes#99003).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Any
 
 import jsonpatch
 
+from reconcile.managedfields import FIELD_MANAGER, owned_by
 from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
-from reconcile.policy import KindPolicy, Policy
+from reconcile.policy import METADATA_PATHS, KindPolicy, Policy
 from reconcile.semantics import MISSING, get_path, mask, normalise_desired, project, set_path, strict_equal
+from reconcile.semantics_removals import Removal, find_removals, whole_object_scopes
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +45,14 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
 
 
 def plan(
-    desired: Iterable[Mapping[str, Any]], live: Iterable[Mapping[str, Any]], policy: Policy, owner_uid: str
+    desired: Iterable[Mapping[str, Any]],
+    live: Iterable[Mapping[str, Any]],
+    policy: Policy,
+    owner_uid: str,
+    *,
+    field_manager: str = FIELD_MANAGER,
 ) -> Plan:
+    """``field_manager`` is the executor's: its managedFields entries say what we set before."""
     if not owner_uid:
         raise ValueError("owner_uid is required: without it every object would look foreign or ours")
     live_by_key: dict[ObjectKey, Mapping[str, Any]] = {}
@@ -68,7 +81,7 @@ def plan(
         elif meta.get("deletionTimestamp"):
             waits.append(Wait(key, str(meta.get("uid", ""))))
         else:
-            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind))
+            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), field_manager)
             if patch is not None:
                 patches.append(patch)
 
@@ -91,7 +104,7 @@ def plan(
 
 
 def _patch(
-    key: ObjectKey, want: dict[str, Any], have: Mapping[str, Any], kind_policy: KindPolicy
+    key: ObjectKey, want: dict[str, Any], have: Mapping[str, Any], kind_policy: KindPolicy, manager: str
 ) -> Patch | None:
     if kind_policy.mode == "patch":
         paths: tuple[str, ...] = ()
@@ -102,16 +115,49 @@ def _patch(
     # The version is not compared: identity is by group, and the caller may read another version.
     compared_fields = {k: v for k, v in compared.items() if k != "apiVersion"}
     seen = mask(compared_fields, have)
-    if strict_equal(seen, compared_fields):
+    drift = not strict_equal(seen, compared_fields)
+    removals = _removals(want, have, kind_policy, paths, manager)
+    if not drift and not removals:
         return None
-    ops = tuple(jsonpatch.make_patch(seen if seen is not MISSING else {}, compared_fields).patch)
+    ops = (
+        tuple(jsonpatch.make_patch(seen if seen is not MISSING else {}, compared_fields).patch)
+        if drift
+        else ()
+    )
+    ops += tuple(r.op() for r in removals)
     if log.isEnabledFor(logging.DEBUG):
         from deepdiff import DeepDiff  # only for the explanation
 
         log.debug("drift in %s: %s", key, DeepDiff(seen, compared_fields, verbose_level=2).to_json())
-    body = compared if not paths else _apply_body(compared, want, have, kind_policy, paths)
-    uid = str((have.get("metadata") or {}).get("uid", ""))
-    return Patch(key, want["apiVersion"], uid, body, ops, paths)
+    body = None
+    if drift:
+        body = compared if not paths else _apply_body(compared, want, have, kind_policy, paths)
+    meta = have.get("metadata") or {}
+    uid = str(meta.get("uid", ""))
+    guarded = tuple(r.op() for r in removals)
+    if guarded and meta.get("resourceVersion"):
+        # Optimistic concurrency: the pointers index live's lists as we saw them.
+        guarded = (
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            *guarded,
+        )
+    return Patch(key, want["apiVersion"], uid, body, ops, paths, guarded)
+
+
+def _removals(
+    want: Mapping[str, Any],
+    have: Mapping[str, Any],
+    kind_policy: KindPolicy,
+    paths: tuple[str, ...],
+    manager: str,
+) -> tuple[Removal, ...]:
+    owned = owned_by(have, manager)
+    if not owned:
+        return ()  # created by someone else's hand or read without managedFields: nothing to go by
+    scopes = whole_object_scopes(owned, METADATA_PATHS) if kind_policy.mode == "patch" else paths
+    return find_removals(
+        want, have, owned, owned_by(have, manager, others=True), scopes, dict(kind_policy.server_defaults)
+    )
 
 
 def _mutable_paths(

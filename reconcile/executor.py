@@ -6,8 +6,12 @@ Protocol, one field manager (``mpijob-operator``) throughout:
   that object and silently takes over one we do not own (the plan may be built from a stale cache);
   a POST fails with ``AlreadyExists`` instead, which is safe and tells the caller to plan again.
   The price: fields set at creation belong to an "Update" entry of our manager, so a later apply that
-  leaves such a field out does not remove it (kubernetes#99003). The differ compares rendered fields
-  as subsets, so that can leave a stale extra field behind but never causes a write loop.
+  leaves such a field out does not remove it (kubernetes#99003). Hence removals:
+* **Removals are RFC 6902 JSON patches** (``Patch.removal_patch``), sent before the patch's apply: a
+  ``test`` of the resourceVersion the plan saw, then ``remove`` ops. They remove a field whichever of
+  our entries owns it, and only in the rare sync that stops rendering something: no extra write on
+  creation, none when converged. A failed test (the object moved since the plan: 422 without field
+  causes, or 409) sets ``retry`` and skips that object's apply; the next plan sees fresh data.
 * **Patches are server-side applies** with ``force=true``. The body holds only fields we render, on the
   paths the kind's policy lets us change (``Plan`` patches), so forcing can only take back those fields
   -- from another writer who changed them, or from our own creation-time "Update" entry, which would
@@ -37,16 +41,17 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import HTTPError
 
+from reconcile.managedfields import FIELD_MANAGER as FIELD_MANAGER  # re-exported: the one manager
 from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER: Final = "mpijob-operator"
+JSON_PATCH: Final = "application/json-patch+json"
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 ERR_RESOURCE_EXISTS: Final = "ErrResourceExists"
 
-Verb = Literal["create", "apply", "delete"]
+Verb = Literal["create", "patch", "apply", "delete"]  # patch: a JSON patch of removals
 Done = Literal["created", "configured", "deleted", "gone"]
 
 
@@ -176,6 +181,15 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _causes(exc: BaseException) -> list[Any]:
+    """The field causes of an Invalid error (none for a failed JSON-patch ``test``)."""
+    body = getattr(exc, "body", None)
+    try:
+        return list((json.loads(body).get("details") or {}).get("causes") or ()) if body else []
+    except (ValueError, AttributeError, TypeError):
+        return []
+
+
 def _retryable(status: int | None) -> bool:
     return status is None or status in (409, 429) or status >= 500
 
@@ -214,7 +228,7 @@ class _Run:
     def _fail(self, key: ObjectKey, verb: Verb, code: str, message: str, *, retry: bool) -> None:
         self.failures.append(Failure(key, verb, code, message))
         self.retry = self.retry or retry
-        reason = {"create": "FailedCreate", "apply": "FailedUpdate", "delete": "FailedDelete"}[verb]
+        reason = {"create": "FailedCreate", "delete": "FailedDelete"}.get(verb, "FailedUpdate")
         self.events.append(EventData(WARNING, reason, f"{verb} {key}: {message}", str(key)))
         log.warning("%s %s failed (%s): %s", verb, key, code, message)
 
@@ -251,6 +265,25 @@ class _Run:
         res = self._resource(entry.api_version, entry.key, "apply")
         if res is None:
             return
+        if entry.removal_patch:
+            answer, exc = self._call(
+                "patch",
+                entry.key,
+                self.dyn.patch,
+                resource=res,
+                body=list(entry.removal_patch),
+                name=entry.key.name,
+                namespace=entry.key.namespace or None,
+                content_type=JSON_PATCH,
+                field_manager=self.field_manager,
+                dry_run=self.dry_run,
+            )
+            if exc is not None:
+                self._removal_failed(entry, exc)
+                return
+            if entry.body is None:
+                self.done.append(Outcome(entry.key, "configured", answer))
+                return
         answer, exc = self._call(
             "apply",
             entry.key,
@@ -269,6 +302,17 @@ class _Run:
             self.replan = True  # gone since we looked: the next plan creates it
         else:
             self._error(entry.key, "apply", exc)
+
+    def _removal_failed(self, entry: Patch, exc: BaseException) -> None:
+        status = _status(exc)
+        if status == 404:
+            self.replan = True
+        elif status == 409 or (status == 422 and not _causes(exc)):
+            # The resourceVersion test failed: the object changed since the plan. Plan again, later.
+            self.retry = True
+            log.info("removals from %s: the object changed since the plan; retry", entry.key)
+        else:
+            self._error(entry.key, "patch", exc)
 
     def delete(self, entry: Delete) -> None:
         res = self._resource(entry.api_version, entry.key, "delete")

@@ -61,18 +61,22 @@ class Create:
 
 @attrs.frozen
 class Patch:
-    """A server-side apply of ``body`` (the desired object restricted to the paths we may change).
+    """Changes to one live object: ``removal_patch`` first, then a server-side apply of ``body``.
 
-    ``json_patch`` describes the drift (RFC 6902, from live-as-we-see-it to desired) for logs and tests;
-    ``uid`` is the live object's, ``paths`` the policy paths the body covers.
+    ``body`` is the desired object restricted to the paths we may change, None when only removals are
+    due. ``removal_patch`` is an RFC 6902 patch sent as is: a ``test`` of the resourceVersion the plan
+    saw, then ``remove`` ops for fields we set before and render no longer (empty if none).
+    ``json_patch`` describes all the drift (RFC 6902, from live-as-we-see-it to desired) for logs and
+    tests; ``uid`` is the live object's, ``paths`` the policy paths the body covers.
     """
 
     key: ObjectKey
     api_version: str
     uid: str
-    body: dict[str, Any] = attrs.field(repr=False)
+    body: dict[str, Any] | None = attrs.field(repr=False)
     json_patch: tuple[dict[str, Any], ...]
     paths: tuple[str, ...] = ()
+    removal_patch: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +86,7 @@ class Patch:
             "uid": self.uid,
             "jsonPatch": list(self.json_patch),
             "body": self.body,
+            "removalPatch": list(self.removal_patch),
         }
 
     def __str__(self) -> str:

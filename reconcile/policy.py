@@ -60,9 +60,14 @@ class MutableWhen:
 
 @attrs.frozen
 class KindPolicy:
+    """``server_defaults``: (dotted field path, value) pairs the API server fills in when it decodes a
+    create. Our create owns them without having rendered them; a field that holds its default is
+    never taken for one we stopped rendering (list items are skipped in the path)."""
+
     mode: Mode = "patch"
     mutable_paths: tuple[str, ...] = ()
     conditional: tuple[MutableWhen, ...] = ()
+    server_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("patch", "create-only"):
@@ -70,6 +75,16 @@ class KindPolicy:
 
 
 PATCH: Final = KindPolicy("patch")
+# core/v1 SetDefaults_Service, for the Service kinds an operator renders (ClusterIP, headless).
+SERVICE_POLICY: Final = KindPolicy(
+    "patch",
+    server_defaults=(
+        ("spec.type", "ClusterIP"),
+        ("spec.sessionAffinity", "None"),
+        ("spec.internalTrafficPolicy", "Cluster"),
+        ("spec.ports.protocol", "TCP"),
+    ),
+)
 CREATE_ONLY: Final = KindPolicy("create-only", METADATA_PATHS)
 
 
@@ -111,7 +126,7 @@ JOB_POLICY: Final = KindPolicy(
 DEFAULT_POLICY: Final = Policy(
     kinds={
         ("", "ConfigMap"): PATCH,
-        ("", "Service"): PATCH,
+        ("", "Service"): SERVICE_POLICY,
         ("scheduling.volcano.sh", "PodGroup"): PATCH,
         ("scheduling.x-k8s.io", "PodGroup"): PATCH,
         ("", "Pod"): CREATE_ONLY,

@@ -162,7 +162,8 @@ def get(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
 def record(case: str, namespace: str, owner: str, desired: list[dict], live: list[dict]) -> None:
     live = copy.deepcopy(live)
     for obj in live:
-        obj["metadata"].pop("managedFields", None)  # never rendered, so never compared; only noise here
+        for entry in obj["metadata"].get("managedFields") or ():
+            entry.pop("time", None)  # kept: the differ reads them to find removals; times are only noise
     text = json.dumps(
         {"case": case, "owner_uid": owner, "desired": desired, "live": live}, indent=1, sort_keys=True
     )

@@ -9,6 +9,8 @@ in live, and absent from desired was ours and is no longer wanted. Rules:
   a path above a scope is walked into, never removed whole;
 * a path another manager owns too (itself or anything below it) is not removed whole: only our parts
   below it, as server-side apply would do;
+* a map we own whole (an atomic map: no ``f:`` keys below it, e.g. ``nodeSelector``) loses the keys
+  desired no longer has: the subset compare in ``semantics`` cannot see those;
 * the create's ``Update`` entry also holds the fields the API server defaulted on decoding (a Service's
   ``spec.type``, a Job's ``spec.suspend``...). Removing those would only make the server default them
   again, one write per sync forever, so a path whose live value is the kind's known server default
@@ -132,7 +134,15 @@ class _Walk:
                 continue
             if theirs == {}:
                 continue  # another manager owns this value whole
-            if sub:
+            if not sub and where == "in" and theirs is None and wanted is not None:
+                self.atomic_map(wanted[0], got, child_pointer)
+            elif sub:
                 self.tree(
                     sub, MISSING if wanted is None else wanted[0], got, theirs, child_names, child_pointer
                 )
+
+    def atomic_map(self, want: Any, have: Any, pointer: tuple[Token, ...]) -> None:
+        """A map we own whole (atomic: ``nodeSelector``, a Service's ``selector``): keys live has and
+        desired has not are removed, like any value of ours that changed."""
+        if isinstance(want, Mapping) and isinstance(have, Mapping):
+            self.out.extend(Removal((*pointer, k), v) for k, v in have.items() if k not in want)

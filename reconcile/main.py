@@ -109,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         log.critical("cannot build the Kubernetes client", extra={"error": str(err)})
         return 1
     kube = Kube(client, qps=args.kube_api_qps, burst=args.kube_api_burst, on_request=count)
+    # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
+    # must never starve the lease renewals of rate-limit tokens and lose the lease.
+    lease_kube = Kube(
+        api_client(args.kubeconfig, args.master),
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        on_request=count,
+        user_agent="mpi-operator/leader-election",
+    )
     try:
         check_crd(kube, args.namespace)
     except ApiError as err:
@@ -136,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("controller running", extra={"workers": args.threadiness})
 
     elector = LeaderElector(
-        kube,
+        lease_kube,
         args.lock_namespace,
         identity,
         on_started=started,

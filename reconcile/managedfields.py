@@ -115,11 +115,23 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+# The server records no ownership of an object's identity.
+_IDENTITY: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
+    (): ("apiVersion", "kind", "status"),
+    ("metadata",): ("name", "namespace", "uid", "resourceVersion", "managedFields", "creationTimestamp"),
+}
+
+
 def encode(obj: Any, path: tuple[str, ...] = ()) -> dict[str, Any]:
     """The fieldsV1 tree of every field set in ``obj`` (what an apply of ``obj`` would own), using the
     list types of ``semantics_lists``. For tests and fakes; the server is the authority."""
     if isinstance(obj, Mapping):
-        out = {f"f:{key}": encode(value, (*path, key)) for key, value in obj.items() if value is not None}
+        skip = _IDENTITY.get(path, ())
+        out = {
+            f"f:{key}": encode(value, (*path, key))
+            for key, value in obj.items()
+            if value is not None and key not in skip
+        }
         return {SELF: {}, **out} if out and path else out
     if isinstance(obj, list):
         ltype = list_type(path)
@@ -129,9 +141,15 @@ def encode(obj: Any, path: tuple[str, ...] = ()) -> dict[str, Any]:
                 key = item_key(item, ltype.keys)
                 if key is None:
                     return {}
-                as_json = json.dumps(dict(zip(ltype.keys, key, strict=True)), sort_keys=True)
+                as_json = json.dumps(
+                    dict(zip(ltype.keys, key, strict=True)), sort_keys=True, separators=(",", ":")
+                )
                 items[f"k:{as_json}"] = {SELF: {}, **encode(item, path)}
             return {SELF: {}, **items} if items else {}
         if ltype.kind == "set":
-            return {SELF: {}, **{f"v:{json.dumps(v, sort_keys=True)}": {} for v in obj}} if obj else {}
+            return (
+                {SELF: {}, **{f"v:{json.dumps(v, sort_keys=True, separators=(',', ':'))}": {} for v in obj}}
+                if obj
+                else {}
+            )
     return {}

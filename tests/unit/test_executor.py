@@ -50,6 +50,9 @@ class FakeDynamic:
     def create(self, **kw: Any) -> dict[str, Any]:
         return self._do("create", kw["body"]["metadata"]["name"], kw, lambda: {**kw["body"], "uid": "new"})
 
+    def patch(self, **kw: Any) -> dict[str, Any]:
+        return self._do("patch", kw["name"], kw, lambda: {"patched": kw["body"]})
+
     def server_side_apply(self, **kw: Any) -> dict[str, Any]:
         return self._do("apply", kw["name"], kw, lambda: dict(kw["body"]))
 
@@ -195,3 +198,71 @@ def test_unreachable_server_is_retryable() -> None:
         ("create", "discovery"),
         ("apply", "discovery"),
     ]
+
+
+REMOVALS = (
+    {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+    {"op": "remove", "path": "/metadata/labels/old"},
+)
+
+
+def removal(with_body: bool) -> Plan:
+    ops = ({"op": "remove", "path": "/metadata/labels/old"},)
+    return Plan(patches=(Patch(POD, "v1", "uid-pod", body(POD) if with_body else None, ops, (), REMOVALS),))
+
+
+def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
+    fake = FakeDynamic()
+    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    assert [verb for verb, _ in fake.calls] == ["patch", "apply"]
+    patch = fake.calls[0][1]
+    assert patch["body"] == list(REMOVALS) and patch["content_type"] == "application/json-patch+json"
+    assert patch["field_manager"] == FIELD_MANAGER and patch["name"] == "pod" and patch["namespace"] == "ns"
+    assert result.ok and [o.result for o in result.done] == ["configured"]
+    assert result.request_counts() == {("patch", "Pod", "200"): 1, ("apply", "Pod", "200"): 1}
+
+
+def test_removal_only_patch_sends_no_apply() -> None:
+    fake = FakeDynamic()
+    result = execute(removal(with_body=False), fake, dry_run=True)  # type: ignore[arg-type]
+    assert [(verb, kw["dry_run"]) for verb, kw in fake.calls] == [("patch", "All")]
+    assert result.ok and returned_objects(result) == [{"patched": list(REMOVALS)}]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        api_error(422, "Invalid", "the server rejected our request due to an error in our request"),
+        api_error(409),
+    ],
+    ids=["422-test-failed", "409"],
+)
+def test_removals_on_a_moved_object_retry_without_the_apply_or_an_event(exc: ApiException) -> None:
+    fake = FakeDynamic({("patch", "pod"): exc})
+    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    assert [verb for verb, _ in fake.calls] == ["patch"]
+    assert result.retry and not result.failures and not result.events and not result.done
+
+
+def test_removals_rejected_for_a_field_are_a_failure() -> None:
+    exc = ApiException(
+        status=422,
+        reason="Invalid",
+        body=json.dumps(
+            {
+                "reason": "Invalid",
+                "message": "Pod is invalid: spec: Forbidden",
+                "details": {"causes": [{"field": "spec", "reason": "FieldValueForbidden"}]},
+            }
+        ),
+    )
+    fake = FakeDynamic({("patch", "pod"): exc})
+    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    assert not result.retry and [(f.verb, f.code) for f in result.failures] == [("patch", "422")]
+    assert [e.reason for e in result.events] == ["FailedUpdate"]
+
+
+def test_removals_from_a_vanished_object_replan() -> None:
+    fake = FakeDynamic({("patch", "pod"): api_error(404, "NotFound")})
+    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    assert result.replan and not result.failures and [verb for verb, _ in fake.calls] == ["patch"]

@@ -9,8 +9,10 @@ import signal
 import socket
 import sys
 import threading
+import tomllib
 import uuid
 from importlib import metadata
+from pathlib import Path
 from typing import NoReturn
 
 from kubernetes import config as kubeconfig
@@ -33,8 +35,12 @@ API_VERSION = "v2"
 def version_text() -> str:
     try:
         version = metadata.version("mpijob-operator")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
+    except metadata.PackageNotFoundError:  # running from a checkout
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            version = tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            version = "unknown"
     return (
         f"API Version: {API_VERSION}\n"
         f"Version: {version}\n"

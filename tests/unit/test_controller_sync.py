@@ -1,0 +1,189 @@
+"""Controller logic that needs no server: event → key mapping, the policy data, the launcher template
+merge, SSH key reuse across retries, and names held by objects our watches cannot see."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+import render
+from reconcile.controller import POLICY, Controller
+from reconcile.events import EventRecorder
+from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube
+from reconcile.metrics import Metrics
+from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH
+from reconcile.syncstate import merge_launcher_template_metadata
+from tests.unit.test_controller import FakeKube
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class NoKube(Kube):
+    """A Kube that never talks to a server (Controller builds informers but we never start them)."""
+
+    def __init__(self) -> None:
+        self.api_client = None
+
+
+def controller(kube=None, gang: str = "") -> Controller:
+    kube = kube or NoKube()
+    return Controller(
+        kube,
+        render.Config(gang_scheduling=gang),
+        metrics=Metrics(),
+        recorder=EventRecorder(kube),
+        now=lambda: NOW,
+    )
+
+
+def ref(kind, name, uid, api_version):
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def obj(kind, name, owner=None, uid=None, ns="ns", api_version="v1"):
+    meta = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "resourceVersion": "1"}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+MPIJOB_REF = ref("MPIJob", "pi", "job-uid", "kubeflow.org/v2beta1")
+
+
+def test_children_map_to_their_mpijob_and_launcher_pods_through_the_job():
+    c = controller()
+    launcher = obj("Job", "pi-launcher", MPIJOB_REF, uid="launcher-uid", api_version="batch/v1")
+    c.children[JOB].store.upsert(launcher)
+    assert c.owner_key(obj("Pod", "pi-worker-0", MPIJOB_REF)) == "ns/pi"
+    launcher_pod = obj("Pod", "pi-launcher-x", ref("Job", "pi-launcher", "launcher-uid", "batch/v1"))
+    assert c.owner_key(launcher_pod) == "ns/pi"
+    # a pod of some other Job, an object with no controller, a controller of another kind: not ours
+    other_job = obj("Job", "other", ref("CronJob", "c", "cj", "batch/v1"), api_version="batch/v1")
+    c.children[JOB].store.upsert(other_job)
+    assert c.owner_key(obj("Pod", "p", ref("Job", "other", "uid-other", "batch/v1"))) is None
+    assert c.owner_key(obj("Pod", "p")) is None
+    assert c.owner_key(obj("Pod", "p", ref("ReplicaSet", "rs", "x", "apps/v1"))) is None
+
+
+def test_child_events_enqueue_the_owner_key():
+    c = controller()
+    c._on_child("ADDED", None, obj("ConfigMap", "pi-config", MPIJOB_REF))
+    c._on_child("ADDED", None, obj("ConfigMap", "stray"))
+    assert c.queue.get(timeout=1) == "ns/pi"
+    c.queue.done("ns/pi")
+    assert len(c.queue) == 0
+
+
+def test_policy_is_the_design_table():
+    assert POLICY.for_kind("", "Pod") == CREATE_ONLY
+    assert POLICY.for_kind("", "Secret") == CREATE_ONLY
+    assert POLICY.for_kind("batch", "Job") == JOB_POLICY
+    assert "spec.suspend" in JOB_POLICY.mutable_paths
+    for group, kind in [("", "ConfigMap"), ("", "Service"), ("scheduling.volcano.sh", "PodGroup")]:
+        assert POLICY.for_kind(group, kind) == PATCH
+    assert POLICY.rank("Service") < POLICY.rank("Pod") < POLICY.rank("Job")
+
+
+def test_gang_scheduling_adds_podgroup_and_priorityclass_informers():
+    assert controller().podgroup_res is None
+    c = controller(gang="volcano")
+    assert c.podgroup_res.api_version == "scheduling.volcano.sh/v1beta1"
+    assert c.priority_classes is not None
+    assert controller(gang="sp-scheduler").podgroup_res.api_version == "scheduling.x-k8s.io/v1alpha1"
+
+
+def job_with_template(labels, annotations=None, owner="u"):
+    meta = {"labels": labels}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "pi-launcher", "ownerReferences": [{"uid": owner, "controller": True}]},
+        "spec": {"template": {"metadata": meta, "spec": {}}},
+    }
+
+
+def test_launcher_template_labels_are_merged_over_live():
+    live = job_with_template({"controller-uid": "x", "job-name": "pi-launcher", "old": "1"}, {"a": "1"})
+    want = job_with_template({"old": "2", "new": "3"})
+    merge_launcher_template_metadata([want], [live])
+    meta = want["spec"]["template"]["metadata"]
+    assert meta["labels"] == {"controller-uid": "x", "job-name": "pi-launcher", "old": "2", "new": "3"}
+    assert meta["annotations"] == {"a": "1"}
+    # not ours: untouched
+    foreign = job_with_template({"x": "y"}, owner="other")
+    want2 = job_with_template({"new": "3"})
+    merge_launcher_template_metadata([want2], [foreign])
+    assert want2["spec"]["template"]["metadata"]["labels"] == {"new": "3"}
+
+
+def minimal_job():
+    return render.parse_mpijob(
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": "pi", "namespace": "ns", "uid": "job-uid"},
+            "spec": {
+                "mpiReplicaSpecs": {
+                    "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "i"}]}}},
+                    "Worker": {
+                        "replicas": 2,
+                        "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
+                    },
+                }
+            },
+        }
+    )
+
+
+def test_fresh_ssh_key_is_reused_until_the_secret_exists():
+    c = controller()
+    job = minimal_job()
+    first = c._observe(job, [], NOW).fresh_ssh_key
+    assert first is not None
+    assert c._observe(job, [], NOW).fresh_ssh_key is first  # a retried sync renders the same Secret
+    secret = obj("Secret", "pi-ssh", MPIJOB_REF)
+    assert c._observe(job, [secret], NOW).fresh_ssh_key is None
+    assert c._observe(job, [], NOW).fresh_ssh_key is not first  # forgotten once the Secret was seen
+
+
+def test_wanted_names_held_by_unlabelled_objects_are_read_until_gone():
+    kube = FakeKube()
+    c = controller(kube)
+    job = minimal_job()
+    foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config", "namespace": "ns"}}
+    kube.objects[("configmaps", "ns", "pi-config")] = foreign
+    # nothing remembered yet: no reads at all (the steady state costs no requests)
+    assert c._held_names(job, []) == []
+    assert kube.calls == []
+    # a create found the name taken: from now on the holder is read on every sync of this job
+    c._taken[job.uid] = {(CONFIGMAP, "pi-config"): True}
+    held = c._held_names(job, [])
+    assert [o["metadata"]["name"] for o in held] == ["pi-config"]
+    assert held[0]["kind"] == "ConfigMap"
+    del kube.objects[("configmaps", "ns", "pi-config")]
+    assert c._held_names(job, []) == []
+    assert job.uid not in c._taken
+
+
+def test_wanted_names_in_the_cache_are_seen_without_requests():
+    kube = FakeKube()
+    c = controller(kube)
+    job = minimal_job()
+    stale = obj("Pod", "pi-worker-1", ref("MPIJob", "pi", "old-uid", "kubeflow.org/v2beta1"))
+    c.children[POD].store.upsert(stale)
+    held = c._held_names(job, [])
+    assert held == [stale]
+    assert kube.calls == []
+
+
+def test_api_errors_other_than_404_propagate_from_reads():
+    kube = FakeKube()
+    kube.fail["get"] = ApiError(500, "boom", "{}")
+    c = controller(kube)
+    c._taken["job-uid"] = {(CONFIGMAP, "pi-config"): True}
+    with pytest.raises(ApiError) as err:
+        c._held_names(minimal_job(), [])
+    assert err.value.status == 500

@@ -279,6 +279,7 @@ def podgroup_crds(l1_cluster) -> None:
 @pytest.fixture
 def start_operator(l1_cluster, namespace, mpijob_crd, tmp_path, request) -> Iterator[Callable[..., Operator]]:
     started: list[Operator] = []
+    failed_before = request.session.testsfailed
 
     def start(*extra: str, wait: bool = True) -> Operator:
         op = Operator(l1_cluster.kubeconfig, namespace, tmp_path, *extra).start()
@@ -290,8 +291,7 @@ def start_operator(l1_cluster, namespace, mpijob_crd, tmp_path, request) -> Iter
     yield start
     for op in started:
         op.terminate()
-    rep = getattr(request.node, "rep_call", None)
-    if rep is None or rep.failed:
+    if request.session.testsfailed > failed_before:  # the call phase failed: show what the operator said
         for op in started:
             print(f"--- operator log ({op.port}) ---\n{op.log()}")
 
@@ -498,14 +498,6 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
         if ref.get("controller"):
             return ref["uid"]
     return None
-
-
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item, call):  # keep the call report for the operator-log fixture
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when == "call":
-        item.rep_call = rep
 
 
 # -- upstream's integration scenarios ------------------------------------------------------------------

@@ -3,6 +3,8 @@
 * a plan against its own output (live == desired, plus server metadata) is empty;
 * a plan against live objects the server has defaulted and canonicalised is empty;
 * removing any non-zero field we render from live yields a patch;
+* with our managedFields on live, a plan against our own output is still empty, and dropping any
+  rendered field from desired yields a removal that, applied, converges (an empty plan);
 * create-only kinds never get a patch body outside their mutable paths;
 * render's children (tests/strategies.py MPIJobs) planned against their stored form are empty.
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconcile.differ import plan
+from reconcile.managedfields import FIELD_MANAGER, encode
 from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
 from reconcile.semantics import is_zero
 from render import Config, Observed, render
@@ -184,6 +188,55 @@ def test_removing_a_rendered_field_from_live_yields_a_patch(
     assert result.patches[0].json_patch, "the patch describes the drift"
 
 
+def with_our_fields(live: dict[str, Any], fields_of: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(live)
+    out["metadata"]["managedFields"] = [
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": encode(fields_of),
+        }
+    ]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rendered_and_stored(), st.data())
+def test_our_managed_fields_on_our_own_output_plan_empty(
+    pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    want, live = pair
+    live = with_our_fields(live, want)
+    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rendered_and_stored(), st.data())
+def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
+    pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    want, live = pair
+    live = with_our_fields(live, want)
+    candidates = [
+        ("spec", *p) for p in rendered_leaves(want["spec"]) if p[-1] not in ("name", "containerPort")
+    ]
+    candidates += [("metadata", "labels", k) for k in want["metadata"]["labels"]]
+    path = data.draw(st.sampled_from(candidates), label="no longer rendered")
+    after = copy.deepcopy(want)
+    remove(after, path)
+    result = plan([after], [live], DEFAULT_POLICY, OWNER)
+    assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
+    (patch,) = result.patches
+    assert patch.body is None, "a subset compare cannot see a removal: only the removal patch"
+    assert patch.removal_patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}
+    assert len(patch.removal_patch) == 2
+    new_live = jsonpatch.apply_patch(live, list(patch.removal_patch))
+    assert new_live != live
+    assert not plan([after], [new_live], DEFAULT_POLICY, OWNER), "converged after the removal"
+
+
 CREATE_ONLY = Policy(kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)})
 
 
@@ -229,6 +282,9 @@ def test_render_output_planned_against_itself_is_empty(mpijob: dict[str, Any]) -
     live = [stored(obj, n) for n, obj in enumerate(desired)]
     assert not plan(desired, live, DEFAULT_POLICY, strategies.JOB_UID)
     assert not plan(desired, live, Policy(), strategies.JOB_UID)
+    owned = [with_our_fields(obj, want) for obj, want in zip(live, desired, strict=True)]
+    assert not plan(desired, owned, DEFAULT_POLICY, strategies.JOB_UID)
+    assert not plan(desired, owned, Policy(), strategies.JOB_UID)
     assert not plan(desired, live, DEFAULT_POLICY, "another-owner").writes, (
         "someone else's objects: no writes"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, Resource
+from reconcile.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
 from tests.e2e.conftest import E2E, KNOB, condition_is, extra_scheduler, phase, pi_job
 
 pytestmark = pytest.mark.l2
@@ -36,22 +36,27 @@ def pod_in_group(pod: dict, flag: str, job: str) -> bool:
     return (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group") == job
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_gang_scheduling(e2e: E2E, podgroup_crds: None, case: str, tmp_path: Path) -> None:
-    flag, res, scheduler_name = CASES[case]
-    pg_res: Resource = res
+def gang_job(resources: bool) -> dict:
+    job = pi_job(
+        launcher_annotations={f"{KNOB}delay": "3s"},
+        run_policy={"schedulingPolicy": {"minResources": dict(HUGE)}},
+    )
+    if resources:  # as upstream's pi example: limits only, which the computed minResources falls back to
+        for spec in job["spec"]["mpiReplicaSpecs"].values():
+            spec["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    return job
+
+
+def run_gang_job(e2e: E2E, case: str, tmp_path: Path, resources: bool, computed: dict | None) -> None:
+    flag, pg_res, scheduler_name = CASES[case]
     with e2e.operator.flags(f"--gang-scheduling={flag}"):
-        e2e.submit(
-            pi_job(
-                launcher_annotations={f"{KNOB}delay": "3s"},
-                run_policy={"schedulingPolicy": {"minResources": dict(HUGE)}},
-            )
-        )
+        e2e.submit(gang_job(resources))
         e2e.wait_condition("pi", "Created")
-        pg = e2e.wait_for(lambda: e2e.find("pi", pg_res), f"{res.kind} pi", job="pi")
+        pg = e2e.wait_for(lambda: e2e.find("pi", pg_res), f"{pg_res.kind} pi", job="pi")
         assert pg["spec"]["minMember"] == 3  # 2 workers + the launcher
         assert pg["spec"]["minResources"] == HUGE
         e2e.wait_for(lambda: len(e2e.workers("pi")) == 2, "2 worker pods", job="pi")
+        e2e.wait_for(lambda: len(e2e.launcher_pods("pi")) == 1, "launcher pod", job="pi")
         for pod in e2e.pods("pi"):
             assert pod["spec"]["schedulerName"] == scheduler_name, pod["metadata"]["name"]
             assert pod_in_group(pod, flag, "pi"), pod["metadata"]
@@ -61,8 +66,8 @@ def test_gang_scheduling(e2e: E2E, podgroup_crds: None, case: str, tmp_path: Pat
         # Lift minResources: the PodGroup follows the spec, the scheduler admits the gang.
         e2e.patch("pi", {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": None}}}})
         e2e.wait_for(
-            lambda: e2e.get("pi", pg_res)["spec"].get("minResources") != HUGE,
-            "PodGroup minResources recomputed",
+            lambda: e2e.get("pi", pg_res)["spec"].get("minResources") == computed,
+            f"PodGroup minResources recomputed as {computed}",
             job="pi",
         )
         with extra_scheduler(e2e.cluster, (scheduler_name,), tmp_path / "scheduler"):
@@ -71,3 +76,17 @@ def test_gang_scheduling(e2e: E2E, podgroup_crds: None, case: str, tmp_path: Pat
             assert condition_is(job, "Succeeded"), e2e.describe("pi")
         # Cleanup after finish deletes the PodGroup with the workers.
         e2e.wait_for(lambda: e2e.find("pi", pg_res) is None, "PodGroup deleted after finish", job="pi")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gang_scheduling(e2e: E2E, podgroup_crds: None, case: str, tmp_path: Path) -> None:
+    # Launcher + 2 workers with 1 cpu / 1Gi each.
+    run_gang_job(e2e, case, tmp_path, resources=True, computed={"cpu": "3", "memory": "3Gi"})
+
+
+def test_lifting_min_resources_without_requests_clears_them(
+    e2e: E2E, podgroup_crds: None, tmp_path: Path
+) -> None:
+    """Nothing to compute (no requests or limits): the user's old minResources must not stay behind,
+    or the gang scheduler keeps waiting for 100000 CPUs."""
+    run_gang_job(e2e, "scheduler-plugins", tmp_path, resources=False, computed=None)

@@ -145,7 +145,7 @@ class Controller:
     def _on_mpijob(self, event: str, old: dict | None, new: dict | None) -> None:
         obj = new if new is not None else old
         if obj is not None:
-            self.queue.add_rate_limited(key_of(obj))
+            self.queue.add_event(key_of(obj))
 
     def _on_child(self, event: str, old: dict | None, new: dict | None) -> None:
         for obj in (old, new):
@@ -153,7 +153,7 @@ class Controller:
                 continue
             key = self.owner_key(obj)
             if key is not None:
-                self.queue.add_rate_limited(key)
+                self.queue.add_event(key)
 
     def owner_key(self, obj: Mapping[str, Any]) -> str | None:
         """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""

@@ -144,7 +144,17 @@ class WorkQueue:
 
     # -- rate limiting -----------------------------------------------------------------------------
     def add_rate_limited(self, key: Hashable) -> None:
+        """A retry after a failure: per-key exponential backoff and the overall bucket."""
         self.add_after(key, self._limiter.when(key))
+
+    def add_event(self, key: Hashable) -> None:
+        """A watch event for ``key``: the overall bucket only, and nothing at all when the key is already
+        queued. (client-go's AddRateLimited on every event lets a burst of events -- say, a namespace
+        being deleted -- run the bucket minutes into debt and grow every key's backoff.)"""
+        with self._cond:
+            if self._shutting_down or (key in self._dirty and key not in self._processing):
+                return
+        self.add_after(key, self._limiter.when_overall())
 
     def forget(self, key: Hashable) -> None:
         self._limiter.forget(key)

@@ -103,6 +103,10 @@ class MaxOfLimiter:
         for lim in self.limiters:
             lim.forget(item)
 
+    def when_overall(self) -> float:
+        """Only the shared buckets' delay: for event-driven adds, which are not failures of the key."""
+        return max((lim.when(None) for lim in self.limiters if isinstance(lim, BucketLimiter)), default=0.0)
+
 
 def controller_rate_limiter(qps: float = 10, burst: int = 100, clock: Clock = time.monotonic) -> MaxOfLimiter:
     """Upstream's queue limiter: per-key 5 ms → 1000 s, and an overall bucket (#674)."""

@@ -243,3 +243,36 @@ def test_depth_callback_tracks_queue_length():
     q.add("b")
     q.get(timeout=0)
     assert depths == [1, 2, 1]
+
+
+def test_events_for_a_queued_key_take_no_tokens_and_no_backoff():
+    clock = FakeClock()
+    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    for _ in range(1000):  # a burst of watch events for one job
+        q.add_event("a")
+    assert drain(q) == ["a"]
+    assert q.num_requeues("a") == 0
+    # the burst took one token, not 1000: 99 other keys still go at once
+    for i in range(99):
+        q.add_event(f"k{i}")
+    assert len(drain(q)) == 99
+    q.add_event("late")
+    assert q.waiting()["late"] == pytest.approx(clock.now + 0.1)
+
+
+def test_event_while_processing_requeues_after_done():
+    q = WorkQueue()
+    q.add_event("a")
+    assert q.get(timeout=0) == "a"
+    q.add_event("a")
+    q.add_event("a")
+    q.done("a")
+    assert drain(q) == ["a"]
+
+
+def test_event_beats_a_distant_wakeup():
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    q.add_after("a", 3600)  # TTL wakeup
+    q.add_event("a")
+    assert drain(q) == ["a"]

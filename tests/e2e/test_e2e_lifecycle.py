@@ -114,8 +114,11 @@ def test_scaling_workers_updates_pods_hostfile_and_discover_hosts(e2e: E2E) -> N
     e2e.patch("pi", {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1}}}})
     expect(1)
     e2e.wait_for(lambda: len(e2e.workers("pi")) == 1, "scaled-down pods gone", job="pi")
-    job = e2e.get("pi")
-    assert job["status"]["replicaStatuses"]["Worker"].get("active") == 1, job["status"]
+    job = e2e.wait_for(
+        lambda: (j := e2e.get("pi"))["status"]["replicaStatuses"]["Worker"].get("active") == 1 and j,
+        "status: 1 active worker",
+        job="pi",
+    )
     assert not condition_is(job, "Failed")
     e2e.release_launcher("pi")
     assert condition_is(e2e.wait_finished("pi"), "Succeeded"), e2e.describe("pi")

@@ -203,6 +203,10 @@ class StatusWatcher(threading.Thread):
                     rv = ""
                 else:
                     time.sleep(0.5)
+            except Exception:  # connection dropped (e.g. the cluster stopping): retry until told to stop
+                if self.stop_event.is_set():
+                    return
+                time.sleep(0.5)
             finally:
                 w.stop()
 
@@ -353,6 +357,9 @@ def report(
     delta = {k: final.get(k, 0) - idle.get(k, 0) for k in final}
     lease = {k: v for k, v in delta.items() if k[1] == "Lease"}
     work = {k: v for k, v in delta.items() if k[1] != "Lease" and v}
+    # API discovery (the executor's DynamicClient) is a one-time cost, not per job.
+    discovery = sum(v for (verb, kind), v in work.items() if kind in ("discovery", "other"))
+    work = {k: v for k, v in work.items() if k[1] not in ("discovery", "other")}
     reads = sum(v for (verb, _), v in work.items() if verb in READ_VERBS)
     writes = sum(v for (verb, _), v in work.items() if verb not in READ_VERBS)
     event_writes = sum(v for (verb, kind), v in work.items() if verb not in READ_VERBS and kind == "Event")
@@ -374,6 +381,7 @@ def report(
     print(f"time until every MPIJob Succeeded    : {fmt(t_done)}")
     print(f"API requests per job                 : reads {reads / n:.1f}, writes {writes / n:.1f}")
     print(f"  of the writes, Events              : {event_writes / n:.1f} per job")
+    print(f"  API discovery (once, not per job)  : {discovery:.0f} requests")
     print(f"  leader election (not per job)      : {sum(lease.values()):.0f} Lease requests during the run")
     print("  by verb and kind (per job):")
     for (verb, kind), v in sorted(work.items(), key=lambda kv: (kv[0][0] in READ_VERBS, kv[0])):

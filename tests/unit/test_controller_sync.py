@@ -187,3 +187,47 @@ def test_api_errors_other_than_404_propagate_from_reads():
     with pytest.raises(ApiError) as err:
         c._held_names(minimal_job(), [])
     assert err.value.status == 500
+
+
+def test_invalid_job_gets_failed_status_and_warning_event_once():
+    kube = FakeKube()
+    c = controller(kube)
+    bad = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "bad", "namespace": "ns", "uid": "bad-uid", "resourceVersion": "1"},
+        "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1}}},  # no Launcher
+    }
+    kube.objects[("mpijobs", "ns", "bad")] = bad
+    kube.rv = 10  # the server's next resourceVersion is newer than the cached one
+    c.mpijobs.store.upsert(bad)
+    c.sync("ns/bad")
+    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    failed = next(x for x in status["conditions"] if x["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "ValidationError")
+    assert "Launcher" in failed["message"]
+    events = [o for k, o in kube.objects.items() if k[0] == "events"]
+    assert [(e["type"], e["reason"]) for e in events if e["reason"] == "ValidationError"] == [
+        ("Warning", "ValidationError")
+    ]
+    # a second sync of the unchanged job writes nothing
+    calls = len(kube.calls)
+    c.sync("ns/bad")
+    assert kube.calls[calls:] == []
+
+
+def test_managed_externally_and_deleted_jobs_are_left_alone():
+    kube = FakeKube()
+    c = controller(kube)
+    ext = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "ext", "namespace": "ns", "uid": "e", "resourceVersion": "1"},
+        "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}},
+    }
+    c.mpijobs.store.upsert(ext)
+    c.sync("ns/ext")
+    c.metrics.set_job_info("ns/gone", "gone-launcher", "ns")
+    c.sync("ns/gone")  # not in the cache: only the job_info series goes
+    assert kube.calls == []
+    assert b"gone-launcher" not in c.metrics.exposition()

@@ -16,6 +16,7 @@ from typing import Any
 
 import render
 from reconcile import events as ev
+from reconcile import managedfields
 from reconcile.differ import plan
 from reconcile.events import EventRecorder
 from reconcile.executor import FIELD_MANAGER, ExecResult, execute
@@ -352,8 +353,7 @@ class Controller:
             raise
         found.setdefault("apiVersion", res.api_version)
         found.setdefault("kind", res.kind)
-        (found.get("metadata") or {}).pop("managedFields", None)
-        return found
+        return managedfields.slim(found)
 
     def _observe(self, job: Any, children: list[dict[str, Any]], now: datetime) -> render.Observed:
         has_secret = any(

@@ -3,8 +3,9 @@
 * list (paged) then watch from the list's resourceVersion, with bookmarks; a 410 Gone (on the request or as
   an ERROR event) relists; other errors back off exponentially (0.8 s → 30 s, jittered) and resume;
 * 401/403 call ``on_fatal`` (the process exits, as upstream #619: a controller that cannot see is useless);
-* objects are the raw JSON dicts; ``metadata.managedFields`` is dropped on entry: nothing here reads it and
-  it is often the biggest part of an object (memory target: 150 MiB for 200 jobs x 4 workers);
+* objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
+  (often the biggest part of an object; memory target: 150 MiB for 200 jobs x 4 workers), the main-resource
+  entries stay: the differ reads ours to find fields we no longer render;
 * handlers get (event, old, new); updates whose resourceVersion did not change are not delivered.
 """
 
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from reconcile import managedfields
 from reconcile.kube import ApiError, Kube, Resource
 
 log = logging.getLogger(__name__)
@@ -117,10 +119,9 @@ class Store:
 def _slim(obj: Obj, res: Resource) -> Obj:
     obj.setdefault("apiVersion", res.api_version)
     obj.setdefault("kind", res.kind)
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-    return obj
+    # The differ finds fields we no longer render from our main-resource managedFields entries; the
+    # subresource entries (e.g. the kubelet's pod status, the bulk) are dropped.
+    return managedfields.slim(obj)
 
 
 class _Gone(Exception):

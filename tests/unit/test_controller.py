@@ -319,7 +319,10 @@ def pod(name, rv, owner=None, ns="ns"):
     meta = {"name": name, "namespace": ns, "resourceVersion": str(rv), "uid": f"uid-{name}"}
     if owner:
         meta["ownerReferences"] = [{"uid": owner, "controller": True, "kind": "MPIJob", "name": "pi"}]
-    meta["managedFields"] = [{"manager": "x"}]
+    meta["managedFields"] = [
+        {"manager": "x", "operation": "Apply"},
+        {"manager": "kubelet", "operation": "Update", "subresource": "status"},
+    ]
     return {"metadata": meta}
 
 
@@ -395,7 +398,8 @@ def test_informer_lists_watches_and_relists_on_410():
     assert kube.watch_queries[0]["allowWatchBookmarks"] == "true"
     assert kube.watch_queries[1]["resourceVersion"] == "30"
     assert inf.has_synced()
-    assert "managedFields" not in inf.store.get("ns/a")["metadata"]
+    # Main-resource entries stay for the differ's removals; subresource entries are dropped.
+    assert inf.store.get("ns/a")["metadata"]["managedFields"] == [{"manager": "x", "operation": "Apply"}]
     assert inf.store.get("ns/a")["kind"] == "Pod"
 
 

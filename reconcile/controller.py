@@ -39,7 +39,7 @@ from reconcile.kube import (
 )
 from reconcile.metrics import Metrics
 from reconcile.plan import Plan
-from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, Policy
+from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (
@@ -58,10 +58,11 @@ CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 
 # The per-kind update policy (DESIGN §3.4), as data: Pods and the SSH Secret are create-only (labels and
 # annotations may change); the launcher Job takes only `suspend` and, while suspended and not started, the
-# scheduling directives; ConfigMap, Service and PodGroups are patched in place. Creates go in this order.
+# scheduling directives; ConfigMap, Service (with its server defaults, so fields the API server fills in are
+# never taken for ones we stopped rendering) and PodGroups are patched in place. Creates go in this order.
 POLICY = Policy(
     kinds={
-        ("", "Service"): PATCH,
+        ("", "Service"): SERVICE_POLICY,
         ("", "ConfigMap"): PATCH,
         ("", "Secret"): CREATE_ONLY,
         ("scheduling.volcano.sh", "PodGroup"): PATCH,

@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client, config
 
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals
+from localcluster.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "golden" / "openmpi-pi" / "mpijob.yaml"
@@ -33,6 +34,7 @@ def kubectl(cluster: LocalCluster, *args: str) -> None:
 
 def start_operator(cluster: LocalCluster) -> None:
     kubeconfig = cluster.write_user_kubeconfig(SA_USER)
+    port = free_port()  # probes and /metrics, on loopback only
     log = (STATE_DIR / "operator.log").open("ab")
     proc = subprocess.Popen(
         [
@@ -40,7 +42,8 @@ def start_operator(cluster: LocalCluster) -> None:
             "-m",
             "reconcile",
             f"--kubeconfig={kubeconfig}",
-            "--monitoring-port=0",
+            "--bind-address=127.0.0.1",
+            f"--monitoring-port={port}",
             "--log-format=text",
         ],
         stdout=log,
@@ -49,7 +52,7 @@ def start_operator(cluster: LocalCluster) -> None:
         start_new_session=True,
     )
     OPERATOR_PID.write_text(f"{proc.pid}\n")
-    say(f"operator running as {SA_USER} (pid {proc.pid}, log {log.name})")
+    say(f"operator running as {SA_USER} (pid {proc.pid}, log {log.name}, metrics :{port}/metrics)")
 
 
 def stop_operator() -> None:
@@ -85,6 +88,7 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
     core = client.CoreV1Api(api)
     began = time.monotonic()
     last = ""
+    finished: tuple[bool, str] | None = None
     while time.monotonic() - began < timeout:
         job = custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs", name)
         pods = api.sanitize_for_serialization(
@@ -96,9 +100,16 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
             last = line
         for cond in job.get("status", {}).get("conditions", []):
             if cond["type"] in ("Succeeded", "Failed") and cond["status"] == "True":
-                return cond["type"] == "Succeeded", f"{cond['type']}: {cond.get('message', '')}"
+                finished = finished or (
+                    cond["type"] == "Succeeded",
+                    f"{cond['type']}: {cond.get('message', '')}",
+                )
+        # After the end, show the cleanup (cleanPodPolicy) before the final line.
+        workers_left = any(p["metadata"]["name"].startswith(f"{name}-worker-") for p in pods)
+        if finished and (not workers_left or time.monotonic() - began > timeout):
+            return finished
         time.sleep(0.5)
-    return False, f"timed out after {timeout:.0f}s"
+    return finished or (False, f"timed out after {timeout:.0f}s")
 
 
 def down() -> int:

@@ -12,7 +12,7 @@ from reconcile.controller import POLICY, Controller
 from reconcile.events import EventRecorder
 from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube
 from reconcile.metrics import Metrics
-from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH
+from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.syncstate import merge_launcher_template_metadata
 from tests.unit.test_controller import FakeKube
 
@@ -80,8 +80,11 @@ def test_policy_is_the_design_table():
     assert POLICY.for_kind("", "Secret") == CREATE_ONLY
     assert POLICY.for_kind("batch", "Job") == JOB_POLICY
     assert "spec.suspend" in JOB_POLICY.mutable_paths
-    for group, kind in [("", "ConfigMap"), ("", "Service"), ("scheduling.volcano.sh", "PodGroup")]:
+    for group, kind in [("", "ConfigMap"), ("scheduling.volcano.sh", "PodGroup")]:
         assert POLICY.for_kind(group, kind) == PATCH
+    # Patched in place, knowing the fields the API server defaults (else each sync would "remove" them).
+    assert POLICY.for_kind("", "Service") == SERVICE_POLICY
+    assert SERVICE_POLICY.mode == "patch"
     assert POLICY.rank("Service") < POLICY.rank("Pod") < POLICY.rank("Job")
 
 

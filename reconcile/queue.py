@@ -43,6 +43,8 @@ class WorkQueue:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._shutting_down = False
+        # Keys with an event-driven add already paid for and not yet handed to a worker.
+        self._event_pending: set[Hashable] = set()
 
     # -- plain queue -------------------------------------------------------------------------------
     def add(self, key: Hashable) -> None:
@@ -69,6 +71,7 @@ class WorkQueue:
                     key = self._queue.popleft()
                     self._processing.add(key)
                     self._dirty.discard(key)
+                    self._event_pending.discard(key)
                     self._depth_changed()
                     return key
                 if self._shutting_down:
@@ -148,12 +151,15 @@ class WorkQueue:
         self.add_after(key, self._limiter.when(key))
 
     def add_event(self, key: Hashable) -> None:
-        """A watch event for ``key``: the overall bucket only, and nothing at all when the key is already
-        queued. (client-go's AddRateLimited on every event lets a burst of events -- say, a namespace
-        being deleted -- run the bucket minutes into debt and grow every key's backoff.)"""
+        """A watch event for ``key``: the overall bucket only, and nothing at all when the key will be
+        synced anyway: queued, parked behind its own processing, or waiting on an earlier event's bucket
+        delay. Only the first event since the key was last handed out pays a token. (client-go's
+        AddRateLimited on every event lets a burst of events -- thousands of pod updates at scale -- run the
+        bucket minutes into debt and grow every key's backoff.)"""
         with self._cond:
-            if self._shutting_down or (key in self._dirty and key not in self._processing):
+            if self._shutting_down or key in self._dirty or key in self._event_pending:
                 return
+            self._event_pending.add(key)
         self.add_after(key, self._limiter.when_overall())
 
     def forget(self, key: Hashable) -> None:

@@ -260,6 +260,26 @@ def test_events_for_a_queued_key_take_no_tokens_and_no_backoff():
     assert q.waiting()["late"] == pytest.approx(clock.now + 0.1)
 
 
+def test_events_for_keys_in_flight_or_delayed_pay_once():
+    # e2e FINDINGS 2: at scale, events for keys being processed or waiting on a bucket delay each took a
+    # token, running the bucket hundreds of seconds into debt.
+    clock = FakeClock()
+    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    for i in range(100):  # use up the burst: key k{i} is handed out and being processed
+        q.add_event(f"k{i}")
+        assert q.get(timeout=0) == f"k{i}"
+    for _ in range(50):  # many events per in-flight key
+        for i in range(100):
+            q.add_event(f"k{i}")
+    for i in range(100):
+        q.done(f"k{i}")
+    # One token per key, not 50: the last key waits 100 tokens at 10/s, not 5000.
+    assert max(q.waiting().values()) == pytest.approx(clock.now + 10.0)
+    # A new key's delay grows by one token only.
+    q.add_event("new")
+    assert q.waiting()["new"] == pytest.approx(clock.now + 10.1)
+
+
 def test_event_while_processing_requeues_after_done():
     q = WorkQueue()
     q.add_event("a")

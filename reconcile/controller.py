@@ -39,7 +39,7 @@ from reconcile.kube import (
 )
 from reconcile.metrics import Metrics
 from reconcile.plan import Plan
-from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
+from reconcile.policy import DEFAULT_POLICY
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (
@@ -56,22 +56,11 @@ log = logging.getLogger(__name__)
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 
 
-# The per-kind update policy (DESIGN §3.4), as data: Pods and the SSH Secret are create-only (labels and
-# annotations may change); the launcher Job takes only `suspend` and, while suspended and not started, the
-# scheduling directives; ConfigMap, Service (with its server defaults, so fields the API server fills in are
-# never taken for ones we stopped rendering) and PodGroups are patched in place. Creates go in this order.
-POLICY = Policy(
-    kinds={
-        ("", "Service"): SERVICE_POLICY,
-        ("", "ConfigMap"): PATCH,
-        ("", "Secret"): CREATE_ONLY,
-        ("scheduling.volcano.sh", "PodGroup"): PATCH,
-        ("scheduling.x-k8s.io", "PodGroup"): PATCH,
-        ("", "Pod"): CREATE_ONLY,
-        ("batch", "Job"): JOB_POLICY,
-    },
-    order=("Service", "ConfigMap", "Secret", "PodGroup", "Pod", "Job"),
-)
+# The per-kind update policy (DESIGN §3.4) is Kubernetes' own rules for the kinds we render, as data:
+# Pods and the SSH Secret create-only (labels and annotations may change); the launcher Job takes only
+# `suspend` and, while suspended and not started, the scheduling directives; ConfigMap, Service (knowing
+# its server defaults) and PodGroups patched in place; creates in dependency order.
+POLICY = DEFAULT_POLICY
 
 
 def podgroup_resource(gang_scheduling: str) -> Resource | None:

@@ -19,7 +19,7 @@ from reconcile import events as ev
 from reconcile import managedfields
 from reconcile.differ import plan
 from reconcile.events import EventRecorder
-from reconcile.executor import FIELD_MANAGER, ExecResult, execute
+from reconcile.executor import FIELD_MANAGER, ExecResult, execute, warm_up
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -177,6 +177,10 @@ class Controller:
                 if deadline is not None and time.monotonic() > deadline:
                     return False
         log.info("caches synced", extra={"informers": [i.name for i in self.informers]})
+        try:
+            warm_up(self.kube.api_client)
+        except Exception as exc:  # the first execute retries discovery and reports it per object
+            log.warning("API discovery failed; retried on first use", extra={"error": str(exc)})
         for i in range(self.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()

@@ -119,6 +119,12 @@ def _dynamic(client: ApiClient | DynamicClient) -> DynamicClient:
     return dyn
 
 
+def warm_up(client: ApiClient) -> None:
+    """Run API discovery now (dozens of requests under the client's rate limit, seconds at the default
+    QPS) so the first plan executed does not pay for it."""
+    _dynamic(client)
+
+
 def execute(
     plan: Plan,
     client: ApiClient | DynamicClient,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from render import conditions as cond
+from render import names
 from render.api import Config, MPIJob
 from render.children.configmap import configmap
 from render.children.launcher import launcher_job
@@ -14,7 +15,15 @@ from render.children.secret import secret_data, ssh_secret
 from render.children.service import service
 from render.children.workers import worker_pods
 from render.errors import FieldError, ValidationError
-from render.observed import Observed, is_pod_ready, is_terminating, phase, view
+from render.observed import (
+    KIND_CONFIGMAP,
+    Observed,
+    is_controlled_by,
+    is_pod_ready,
+    is_terminating,
+    phase,
+    view,
+)
 from render.parse import parse_mpijob
 from render.status import REASON_DEADLINE, status, wanted_names
 
@@ -41,7 +50,8 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     active = not finished and not job.suspended
 
     running = [i for i, p in v.workers.items() if i < replicas and phase(p) == "Running"]
-    out: list[dict[str, Any]] = [service(job), configmap(job, running, config)]
+    frozen = _frozen_hosts(job, observed) if finished else None
+    out: list[dict[str, Any]] = [service(job), configmap(job, running, config, frozen)]
     data = secret_data(v.ssh_secret, observed.fresh_ssh_key)
     if data is not None:
         out.append(ssh_secret(job, data))
@@ -75,6 +85,16 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
         elif not wait or all_ready:
             out.append(launcher_job(job, config, suspend=False))
     return out
+
+
+def _frozen_hosts(job: MPIJob, observed: Observed) -> str | None:
+    """After the end nothing reads discover_hosts.sh: keep the live text rather than spend a write per
+    job rewriting it while the workers are cleaned up."""
+    live = observed.get(KIND_CONFIGMAP, names.config_name(job.name))
+    if live is None or not is_controlled_by(live, job.uid):
+        return None
+    text = (live.get("data") or {}).get(names.DISCOVER_HOSTS_KEY)
+    return text if isinstance(text, str) else None
 
 
 def _failed(pod: dict[str, Any] | None) -> bool:

@@ -153,3 +153,19 @@ def test_render_package_is_pure():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_finished_job_keeps_its_last_discover_hosts_while_workers_are_cleaned_up():
+    j = job()
+    done = launcher(conditions=[{"type": "Complete", "status": "True"}], succeeded=1, completionTime=ts(0))
+    running = render(j, observed(worker(0), worker(1), launcher()), CFG)
+    live_cm = by_kind(running, "ConfigMap")[0]
+    assert "pi-worker-1" in live_cm["data"]["discover_hosts.sh"]
+    # The launcher finished and the cleanup (cleanPodPolicy Running) already removed one worker.
+    after = render(j, observed(worker(0), live_cm, done), CFG)
+    cm = by_kind(after, "ConfigMap")[0]
+    assert cm["data"] == live_cm["data"]  # no write spent on a script nobody reads any more
+    assert names_of(after, "Pod") == []  # the remaining Running worker is still cleaned up
+    # A running job keeps tracking its running workers.
+    live = render(j, observed(worker(0), live_cm, launcher()), CFG)
+    assert "pi-worker-1" not in by_kind(live, "ConfigMap")[0]["data"]["discover_hosts.sh"]

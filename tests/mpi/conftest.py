@@ -18,6 +18,8 @@ from tests.mpi.netns import leftovers
 def l3_environment() -> None:
     """The tier needs root (namespaces, mounts) and tests/mpi/setup.sh: fails, never skips, without them."""
     assert os.geteuid() == 0, "the L3 tier runs as root (network and mount namespaces)"
+    # Pods get a private /tmp, so MPI installed there is invisible inside them.
+    assert not MPI_CACHE.resolve().is_relative_to("/tmp"), f"MPIJOB_MPI_CACHE={MPI_CACHE}: not under /tmp"
     for impl in ("openmpi", "mpich", "impi"):
         assert (MPI_CACHE / impl / "bin" / "mpirun").exists(), "run tests/mpi/setup.sh first"
     for tool in ("/usr/sbin/sshd", "/usr/bin/ssh", "/usr/sbin/ip", "/usr/bin/unshare", "/usr/bin/setpriv"):

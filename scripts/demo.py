@@ -173,7 +173,9 @@ def main() -> int:
             else:
                 stop_operator()
                 cluster.stop()
-                say("stopped the operator and the local cluster (use --keep to leave them running)")
+                say("stopped the operator and the local cluster")
+                print("  to look around or submit your own MPIJobs, run `scripts/demo --keep`; it prints the")
+                print("  kubectl set-up (KUBECONFIG, PATH) and `scripts/demo --down` stops everything after")
     return 0 if ok else 1
 
 

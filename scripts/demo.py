@@ -18,7 +18,7 @@ from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminat
 from localcluster.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "golden" / "openmpi-pi" / "mpijob.yaml"
+EXAMPLE = ROOT / "examples" / "pi.yaml"
 STATE_DIR = Path(tempfile.gettempdir()) / f"mpijob-demo-{os.getuid()}"
 OPERATOR_PID = STATE_DIR / "operator.pid"
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
@@ -72,8 +72,7 @@ def stop_operator() -> None:
 
 def load_example() -> dict:
     job = yaml.safe_load(EXAMPLE.read_text())
-    # The golden case pins a uid for its ownerReferences; the API server assigns the real one.
-    job["metadata"] = {"name": job["metadata"]["name"], "namespace": "default"}
+    job["metadata"].setdefault("namespace", "default")
     return job
 
 
@@ -167,6 +166,7 @@ def main() -> int:
                 print(f"    export KUBECONFIG={env['KUBECONFIG']}")
                 print(f"    export PATH={cluster.bin_dir}:$PATH")
                 print("    kubectl get mpijobs,jobs,pods,svc,cm,secrets -A")
+                print("    kubectl delete mpijob pi")
                 print(f"    kubectl apply -f {EXAMPLE.relative_to(ROOT)}   # or your own MPIJob")
                 print(f"  operator log: {STATE_DIR / 'operator.log'}")
                 print("  stop everything with: scripts/demo --down")

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster.cluster import wait_for_default_service_account  # noqa: E402
 from localcluster.processes import free_port  # noqa: E402
 
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
@@ -254,15 +255,7 @@ def main() -> int:
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
-        deadline = time.monotonic() + 30
-        while True:  # pods are rejected until the namespace has its default ServiceAccount
-            try:
-                core.read_namespaced_service_account("default", NAMESPACE)
-                break
-            except client.ApiException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_default_service_account(core, NAMESPACE)
 
         operator = Operator(cluster, work / "operator.log", args.operator_arg)
         operator.wait_ready()

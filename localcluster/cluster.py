@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -361,18 +361,11 @@ class LocalCluster:
                 }
                 return set(names) <= ready
 
-            def default_service_account() -> bool:
-                try:
-                    core.read_namespaced_service_account("default", "default")
-                except client.ApiException:
-                    return False
-                return True
-
             self._wait(kwok, nodes_ready, f"{len(names)} kwok nodes Ready")
             # The controller-manager's ServiceAccount controller works: pods can be created.
             self._wait(
                 self._proc("kube-controller-manager"),
-                default_service_account,
+                lambda: has_default_service_account(core, "default"),
                 "ServiceAccount default/default",
             )
 
@@ -404,6 +397,26 @@ def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def has_default_service_account(core: Any, namespace: str) -> bool:
+    """Pods are rejected until the ServiceAccount controller has created "default" in their namespace."""
+    from kubernetes import client
+
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except client.ApiException:
+        return False
+    return True
+
+
+def wait_for_default_service_account(core: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Block until pods can be created in a new namespace (L2 only: L1 has no controllers)."""
+    deadline = time.monotonic() + timeout
+    while not has_default_service_account(core, namespace):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no ServiceAccount {namespace}/default after {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ import pytest
 from kubernetes.client import ApiClient
 
 from localcluster import ClusterSpec, LocalCluster
+from localcluster.cluster import wait_for_default_service_account
 
 TIER_FIXTURES = {"l1_cluster": "l1", "l2_cluster": "l2"}
 SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
@@ -116,16 +117,7 @@ def namespace(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator
     try:
         core.create_namespace({"metadata": {"name": name, "labels": {"mpijob.dev/test": "true"}}})
         if cluster.spec.tier == "l2":
-            # Pods are rejected until the ServiceAccount controller has created "default".
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    core.read_namespaced_service_account("default", name)
-                    break
-                except client.ApiException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            wait_for_default_service_account(core, name)
         yield name
     finally:
         try:

@@ -103,10 +103,13 @@ go build -trimpath -tags=selinux,notest -ldflags "$LDF" -o "$STAGE/" \
   $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c"; done)
 
 for b in $BINARIES; do [ -x "$STAGE/$b" ] || { log "missing $b"; exit 1; }; done
+# First lines via parameter expansion, not `| head -1`: under pipefail, head closing the pipe early
+# kills the writer with SIGPIPE (exit 141) and with it a finished build.
+first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }
 {
-  "$STAGE/etcd" --version | head -1
-  "$STAGE/kube-apiserver" --version
-  "$STAGE/kwok" --version 2>&1 | head -1 || true
+  first_line "$STAGE/etcd" --version
+  first_line "$STAGE/kube-apiserver" --version
+  first_line "$STAGE/kwok" --version
   echo "k8s-src: $(k8s_src)"
 } >"$STAGE/versions.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"

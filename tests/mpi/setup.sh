@@ -10,6 +10,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${MPIJOB_MPI_CACHE:-/var/cache/mpijob-operator/mpi}
 PY=${PYTHON:-python3}
 
+# One setup at a time per cache: a second caller (another checkout, a parallel run) waits, naming the
+# holder, instead of deleting a virtualenv the first one is filling.
+mkdir -p "$cache"
+exec 8>>"$cache/.lock"
+if ! flock -n 8; then
+  echo "==> waiting for $cache/.lock (held by $(cat "$cache/.lock.holder" 2>/dev/null || echo 'another setup.sh'))"
+  flock 8
+fi
+echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$cache/.lock.holder"
+
 missing=()
 for pkg in openssh-server openssh-client iproute2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

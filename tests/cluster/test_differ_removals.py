@@ -15,10 +15,10 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
-from reconcile.differ import plan
-from reconcile.executor import execute
-from reconcile.plan import ObjectKey, Plan
-from reconcile.policy import DEFAULT_POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import execute
+from reconcile.engine.plan import ObjectKey, Plan
+from reconcile.engine.policy import DEFAULT_POLICY
 from tests.cluster.test_differ_recorded import (
     by_kind,
     desired_for,

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import controller_uid, plan
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Plan, Wait
-from reconcile.policy import DEFAULT_POLICY, KindPolicy, MutableWhen, PathIs, Policy
-from reconcile.semantics import holds, is_zero, mask, scalar_equal, strict_equal
-from reconcile.semantics_lists import list_type
+from reconcile.engine.differ import controller_uid, plan
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Plan, Wait
+from reconcile.engine.policy import DEFAULT_POLICY, KindPolicy, MutableWhen, PathIs, Policy
+from reconcile.engine.semantics import holds, is_zero, mask, scalar_equal, strict_equal
+from reconcile.engine.semantics_lists import list_type
 
 OWNER = "11111111-1111-1111-1111-111111111111"
 OTHER = "22222222-2222-2222-2222-222222222222"

@@ -18,10 +18,10 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconcile.differ import plan
-from reconcile.managedfields import FIELD_MANAGER, encode
-from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import is_zero
+from reconcile.engine.differ import plan
+from reconcile.engine.managedfields import FIELD_MANAGER, encode
+from reconcile.engine.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import is_zero
 from render import Config, Observed, render
 from tests import strategies
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import plan
-from reconcile.policy import DEFAULT_POLICY, Policy
-from reconcile.semantics import MISSING, get_path
+from reconcile.engine.differ import plan
+from reconcile.engine.policy import DEFAULT_POLICY, Policy
+from reconcile.engine.semantics import MISSING, get_path
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 FILES = sorted(RECORDED.glob("*.json"))

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import plan
-from reconcile.managedfields import FIELD_MANAGER, Step, encode, merge, owned_by, parse_step, slim
-from reconcile.policy import DEFAULT_POLICY, Policy
-from reconcile.semantics_removals import find_removals
+from reconcile.engine.differ import plan
+from reconcile.engine.managedfields import FIELD_MANAGER, Step, encode, merge, owned_by, parse_step, slim
+from reconcile.engine.policy import DEFAULT_POLICY, Policy
+from reconcile.engine.semantics_removals import find_removals
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 OWNER = "11111111-1111-1111-1111-111111111111"

@@ -11,8 +11,15 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import MaxRetryError
 
-from reconcile.executor import ERR_RESOURCE_EXISTS, FIELD_MANAGER, NORMAL, WARNING, execute, returned_objects
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.executor import (
+    ERR_RESOURCE_EXISTS,
+    FIELD_MANAGER,
+    NORMAL,
+    WARNING,
+    execute,
+    returned_objects,
+)
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")
 POD = ObjectKey("", "Pod", "ns", "pod")

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.semantics import MISSING, get_path, is_zero
+from reconcile.engine.semantics import MISSING, get_path, is_zero
 
 Mode = Literal["patch", "create-only"]
 

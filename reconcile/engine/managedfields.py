@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.semantics_lists import KEY_DEFAULTS, item_key, list_type
+from reconcile.engine.semantics_lists import KEY_DEFAULTS, item_key, list_type
 
 FIELD_MANAGER: Final = "mpijob-operator"
 

@@ -25,11 +25,19 @@ from typing import Any
 
 import jsonpatch
 
-from reconcile.managedfields import FIELD_MANAGER, owned_by
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
-from reconcile.policy import METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import MISSING, get_path, mask, normalise_desired, project, set_path, strict_equal
-from reconcile.semantics_removals import Removal, find_removals, whole_object_scopes
+from reconcile.engine.managedfields import FIELD_MANAGER, owned_by
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
+from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import (
+    MISSING,
+    get_path,
+    mask,
+    normalise_desired,
+    project,
+    set_path,
+    strict_equal,
+)
+from reconcile.engine.semantics_removals import Removal, find_removals, whole_object_scopes
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import HTTPError
 
-from reconcile.managedfields import FIELD_MANAGER as FIELD_MANAGER  # re-exported: the one manager
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.managedfields import FIELD_MANAGER as FIELD_MANAGER  # re-exported: the one manager
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 log = logging.getLogger(__name__)
 

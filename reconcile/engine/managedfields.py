@@ -26,8 +26,6 @@ import attrs
 
 from reconcile.engine.semantics_lists import KEY_DEFAULTS, item_key, list_type
 
-FIELD_MANAGER: Final = "mpijob-operator"
-
 Tree = Mapping[str, Any]  # a fieldsV1 tree: step -> subtree
 StepKind = Literal["f", "k", "v", "i"]
 SELF: Final = "."

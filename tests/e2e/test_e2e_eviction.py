@@ -14,7 +14,8 @@ import re
 import pytest
 
 from reconcile.kube import JOB
-from tests.e2e.conftest import E2E, HOLD, labelled_node, name_of, phase, pi_job, pod_ready
+from tests.e2e.support import E2E, HOLD, labelled_node, name_of, phase, pod_ready
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -59,7 +60,7 @@ def test_eviction_suspends_everything_and_readmission_moves_the_job(e2e: E2E) ->
         labelled_node(e2e.kube, f"a-{e2e.ns}"[:63], {FLAVOR: "a"}, taint) as node_a,
         labelled_node(e2e.kube, f"b-{e2e.ns}"[:63], {FLAVOR: "b"}, taint_b) as node_b,
     ):
-        e2e.submit(pi_job(launcher_annotations=HOLD, run_policy={"suspend": True}))
+        e2e.submit(pi_job(root=True, launcher_annotations=HOLD, run_policy={"suspend": True}))
         e2e.wait_condition("pi", "Suspended")
 
         e2e.patch("pi", flavor("a"))  # admitted on flavor a

@@ -113,6 +113,7 @@ class Controller:
         self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
+        self._synced: dict[str, str] = {}  # key -> resourceVersion the last finished sync read
 
     # -- informers and handlers ----------------------------------------------------------------------
     @property
@@ -202,6 +203,7 @@ class Controller:
     def process(self, key: str) -> None:
         start = time.monotonic()
         result = "success"
+        seen = self.mpijobs.store.get(key)
         try:
             self.sync(key)
             self.queue.forget(key)
@@ -215,6 +217,15 @@ class Controller:
                 self.queue.add_rate_limited(key)
         finally:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
+            if seen is None:
+                self._synced.pop(key, None)
+            else:
+                self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
+
+    def synced_version(self, key: str) -> str | None:
+        """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on: proof for tests
+        that the operator has processed a given event (served at /debug/synced?key=ns/name)."""
+        return self._synced.get(key)
 
     # -- the sync -----------------------------------------------------------------------------------
     def sync(self, key: str) -> None:

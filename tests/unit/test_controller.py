@@ -494,8 +494,14 @@ def test_flag_defaults_match_upstream(monkeypatch):
 def test_health_server_probes_and_metrics():
     state = {"healthy": True, "ready": False}
     m = Metrics()
+    synced = {"ns/pi": "42"}
     srv = HealthServer(
-        "127.0.0.1", 0, healthy=lambda: state["healthy"], ready=lambda: state["ready"], metrics=m.exposition
+        "127.0.0.1",
+        0,
+        healthy=lambda: state["healthy"],
+        ready=lambda: state["ready"],
+        metrics=m.exposition,
+        synced=synced.get,
     )
     srv.start()
     try:
@@ -514,6 +520,8 @@ def test_health_server_probes_and_metrics():
         status, body = code("/metrics")
         assert status == 200 and b"mpi_operator_jobs_created_total" in body
         assert code("/nope")[0] == 404
+        assert code("/debug/synced?key=ns/pi") == (200, b"42\n")
+        assert code("/debug/synced?key=ns/other")[0] == 404
     finally:
         srv.stop()
 

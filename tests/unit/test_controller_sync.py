@@ -257,3 +257,15 @@ def test_the_controller_plans_exactly_what_render_returns(case, monkeypatch):
     c.sync(f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}")
     golden = load_objects((golden_cases.GOLDEN / case / "children.yaml").read_text())
     assert planned == [golden]
+
+
+def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
+    c = controller()
+    c.mpijobs.store.upsert(obj("MPIJob", "pi", api_version="kubeflow.org/v2beta1"))
+    monkeypatch.setattr(c, "sync", lambda key: None)
+    assert c.synced_version("ns/pi") is None
+    c.process("ns/pi")
+    assert c.synced_version("ns/pi") == "1"
+    c.mpijobs.store.delete("ns/pi")
+    c.process("ns/pi")
+    assert c.synced_version("ns/pi") is None  # gone: forgotten

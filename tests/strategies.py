@@ -1,14 +1,18 @@
-"""Hypothesis strategies shared by the test suites: valid MPIJobs and observed cluster states."""
+"""Every hypothesis strategy of the test suites: valid MPIJobs and observed cluster states, render's
+scenarios and junk, generic objects for the differ, live objects with managedFields for apply bodies."""
 
 from __future__ import annotations
 
 import base64
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
-from render import Config, SSHKey
+from reconcile.engine.semantics import is_zero
+from render import Config, Observed, SSHKey
+from render import status as render_status
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 JOB_UID = "0d1f7c3a-1111-4222-8333-444455556666"
@@ -425,3 +429,184 @@ def apply_cases(draw: st.DrawFn) -> dict[str, Any]:
     ]
     desired = _object(draw, api_version, kind)
     return {"live": live, "desired": desired, "policy": kind_policy, "applied": applied}
+
+
+# -- render: scenarios, mutations and junk -------------------------------------------------------------
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], Observed, Config]:
+    """A job with an old status (from an earlier observation), the observed world now, and a config."""
+    job = draw(mpijobs())
+    config = draw(configs)
+    earlier = Observed.from_objects(draw(observed_objects(job)), now=NOW, fresh_ssh_key=TEST_KEY)
+    job["status"] = render_status(job, earlier, config)
+    if draw(st.booleans()):  # the user may flip suspend between observations
+        job["spec"].setdefault("runPolicy", {})["suspend"] = draw(st.booleans())
+    observed = Observed.from_objects(
+        draw(observed_objects(job)),
+        now=draw(times()),
+        fresh_ssh_key=draw(st.sampled_from([TEST_KEY, None])),
+    )
+    return job, observed, config
+
+
+MUTATIONS = st.sampled_from(
+    [
+        ("spec", "slotsPerWorker"),
+        ("spec", "runPolicy"),
+        ("spec", "mpiReplicaSpecs"),
+        ("spec", "mpiImplementation"),
+        ("spec", "launcherCreationPolicy"),
+        ("spec", "sshAuthMountPath"),
+        ("spec", "runLauncherAsWorker"),
+        ("spec",),
+        ("metadata", "name"),
+        ("metadata",),
+        ("spec", "mpiReplicaSpecs", "Launcher"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "env"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "command"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "resources"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "dnsConfig"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "volumes"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "metadata"),
+        ("spec", "mpiReplicaSpecs", "Worker", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0, "volumeMounts"),
+        ("spec", "runPolicy", "schedulingPolicy"),
+        ("spec", "runPolicy", "backoffLimit"),
+        ("spec", "runPolicy", "cleanPodPolicy"),
+    ]
+)
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=70),
+    st.lists(
+        st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=3), st.integers())),
+        max_size=3,
+    ),
+    st.dictionaries(
+        st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=3
+    ),
+)
+
+
+# -- the differ on generic objects --------------------------------------------------------------------
+
+GENERIC_OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
+KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
+NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+SCALARS = st.one_of(
+    st.text(max_size=8),
+    st.integers(-5, 10**6),
+    st.booleans(),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+)
+# Equivalent quantity spellings: (rendered, as the server stores it).
+QUANTITIES = st.integers(0, 64_000).flatmap(
+    lambda m: st.sampled_from(
+        [(f"{m}m", f"{m // 1000}" if m % 1000 == 0 else f"{m}m")]
+        + ([(m // 1000, f"{m // 1000}"), (f"{m // 1000}", f"{m // 1000}")] if m % 1000 == 0 else [])
+        + ([(m / 1000, f"{m}m")] if m % 1000 else [])
+    )
+)
+
+TREE = st.recursive(
+    SCALARS | st.lists(st.text(max_size=4), max_size=3),
+    lambda inner: st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def stored_containers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Containers as rendered and as the server would store them (quantities canonicalised)."""
+    names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
+    want, live = [], []
+    for name in names:
+        env_names = draw(st.lists(NAMES, max_size=3, unique=True))
+        env = [{"name": n, "value": draw(st.text(max_size=5))} for n in env_names]
+        cpu, cpu_live = draw(QUANTITIES)
+        ports = draw(st.lists(st.integers(1, 65535), max_size=2, unique=True))
+        want.append(
+            {
+                "name": name,
+                "image": draw(NAMES),
+                "env": env,
+                "ports": [{"containerPort": p} for p in ports],
+                "resources": {"limits": {"cpu": cpu}},
+            }
+        )
+        live.append(
+            {
+                "name": name,
+                "image": want[-1]["image"],
+                "env": copy.deepcopy(env),
+                "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports],
+                "resources": {"limits": {"cpu": cpu_live}},
+            }
+        )
+    return want, live
+
+
+@st.composite
+def rendered_and_stored(draw: st.DrawFn, kind: str = "Thing") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generic owned object and the same object as the API server returns it (before defaulting)."""
+    spec = draw(st.dictionaries(KEYS, TREE, max_size=4))
+    want_containers, live_containers = draw(stored_containers())
+    labels = draw(st.dictionaries(NAMES, NAMES, max_size=3))
+    meta = {
+        "name": draw(NAMES),
+        "namespace": "ns",
+        "labels": labels,
+        "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": "Owner", "name": "o", "uid": GENERIC_OWNER, "controller": True}
+        ],
+    }
+    api_version = "v1" if kind == "Pod" else "example.com/v1"
+    want = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {**spec, "containers": want_containers},
+    }
+    live = copy.deepcopy(want)
+    live["spec"]["containers"] = live_containers
+    live["metadata"].update(uid="live-uid", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z")
+    return want, live
+
+
+def drop_zero_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: drop_zero_values(v) for k, v in value.items() if not is_zero(v)}
+    if isinstance(value, list):
+        return [drop_zero_values(v) for v in value]
+    return value
+
+
+def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """Extra fields in any map, list-map items reordered and added, zero values dropped, status added."""
+
+    def walk(node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v, (*path, k)) for k, v in node.items()}
+            if data.draw(st.booleans(), label=f"extra at {path}"):
+                out["zzDefaulted"] = data.draw(SCALARS | TREE)
+            return out
+        if isinstance(node, list) and path[-1:] in (("containers",), ("env",)):
+            items = [walk(v, path) for v in node]
+            if path[-1] == "env" and data.draw(st.booleans()):
+                items.append({"name": "INJECTED-BY-WEBHOOK", "value": "1"})
+            return data.draw(st.permutations(items), label=f"order of {path}")
+        return node
+
+    out = walk(drop_zero_values(live), ())
+    out["status"] = {"phase": "Running"}
+    return out

@@ -44,7 +44,7 @@ def set_condition(
 ) -> list[dict[str, Any]]:
     """The new list. No change when status and reason are unchanged; lastTransitionTime is kept when only
     the reason changes; Running and Restarting replace each other; Succeeded or Failed turn Running and
-    Failed to False."""
+    Failed to False and keep their times."""
     current = find(conditions, ctype)
     if current is not None and current.get("status") == status and current.get("reason") == reason:
         return conditions
@@ -64,7 +64,9 @@ def set_condition(
         if t == ctype or (ctype in (RUNNING, RESTARTING) and t in (RUNNING, RESTARTING)):
             continue
         if ctype in (SUCCEEDED, FAILED) and t in (RUNNING, FAILED) and c.get("status") == TRUE:
-            c = {**c, "status": FALSE, "lastUpdateTime": now, "lastTransitionTime": now}
+            # Times kept, as upstream: Running's lastTransitionTime stays the moment the job started
+            # running, so finish minus it is the run time dashboards show.
+            c = {**c, "status": FALSE}
         out.append(c)
     out.append(new)
     return out

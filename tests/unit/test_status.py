@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from render import Config, Event, events, next_wakeup, status, ttl_expired
 from render.conditions import set_condition
+from render.timeutil import format_time, parse_time
 from tests.unit.render_helpers import NOW, conds, job, launcher, launcher_pod, observed, ts, worker
 
 CFG = Config()
@@ -18,6 +19,35 @@ def test_set_condition_semantics():
     assert [x["type"] for x in c3] == ["Restarting"]  # Running and Restarting replace each other
     c4 = set_condition(c, "Succeeded", "True", "MPIJobSucceeded", "m", "t4")
     assert [(x["type"], x["status"]) for x in c4] == [("Running", "False"), ("Succeeded", "True")]
+    assert (c4[0]["lastTransitionTime"], c4[0]["lastUpdateTime"]) == ("t1", "t1")  # as upstream
+
+
+def _dashboard_run_time(st: dict) -> timedelta:
+    """What a dashboard computes: the finish condition's transition minus Running's."""
+    c = conds(st)
+    end = c["Succeeded"] if c.get("Succeeded", {}).get("status") == "True" else c["Failed"]
+    return parse_time(end["lastTransitionTime"]) - parse_time(c["Running"]["lastTransitionTime"])
+
+
+def test_run_time_from_conditions_is_start_of_running_to_finish():
+    j = job()
+    j["status"] = status(j, observed(now=NOW), CFG)
+    started = NOW + timedelta(minutes=2)
+    running = observed(worker(0), worker(1), launcher(), launcher_pod("a", "Running", ts()), now=started)
+    j["status"] = status(j, running, CFG)
+    finished = NOW + timedelta(minutes=9, seconds=30)
+    done = launcher(conditions=[{"type": "Complete", "status": "True"}], completionTime=format_time(finished))
+    ended = observed(worker(0), worker(1), done, launcher_pod("a", "Succeeded", ts()), now=finished)
+    j["status"] = status(j, ended, CFG)
+    assert _dashboard_run_time(j["status"]) == timedelta(minutes=7, seconds=30)
+    assert conds(j["status"])["Running"]["status"] == "False"
+    # A failure keeps it the same way.
+    k = job()
+    k["status"] = status(k, observed(now=NOW), CFG)
+    k["status"] = status(k, running, CFG)
+    failed_job = launcher(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
+    k["status"] = status(k, observed(worker(0), worker(1), failed_job, now=finished), CFG)
+    assert _dashboard_run_time(k["status"]) == timedelta(minutes=7, seconds=30)
 
 
 def test_first_status_and_running():

@@ -55,9 +55,9 @@ def crd(k8s: Converter) -> dict[str, Any]:
                 "listKind": f"{KIND}List",
                 "plural": PLURAL,
                 "singular": KIND.lower(),
+                # Our addition (upstream's CRD has none). No categories: in `all`, `kubectl delete all --all`
+                # would delete every MPIJob of the namespace, running ones included.
                 "shortNames": ["mpij"],
-                # MPIJob is a workload like Job, so `kubectl get all` lists it.
-                "categories": ["all"],
             },
             "scope": "Namespaced",
             "versions": [

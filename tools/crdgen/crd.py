@@ -24,7 +24,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
         "name": "State",
         "type": "string",
-        "description": "Type of the job's most recently changed condition.",
+        "description": "The job's state: Created, Running, Restarting, Suspended, Succeeded or Failed.",
         "jsonPath": ".status.conditions[-1:].type",
     },
     {

@@ -44,11 +44,18 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def setup(fmt: str = "json", level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
+def setup(fmt: str = "json", level: str = "info", file: str = "", also_stderr: bool = False) -> None:
+    """Log to stderr, or to `file` (klog's -logtostderr=false with -log_file/-log_dir), and then to stderr
+    as well with `also_stderr` (-alsologtostderr)."""
+    handlers: list[logging.Handler] = []
+    if file:
+        handlers.append(logging.FileHandler(file, encoding="utf-8"))
+    if not file or also_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level.upper())
     # the client's urllib3 debug lines would drown ours
     logging.getLogger("urllib3").setLevel(max(logging.WARNING, root.level))

@@ -93,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(version_text())
         return 0
-    logs.setup(args.log_format, args.log_level)
+    try:
+        logs.setup(args.log_format, args.log_level, file=args.log_file_path, also_stderr=args.alsologtostderr)
+    except OSError as err:
+        logs.setup(args.log_format, args.log_level)
+        log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
+        return 1
     log.info(
         "starting",
         extra={

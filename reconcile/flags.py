@@ -9,11 +9,14 @@ file flags map to our logging, the others change nothing here (see README, Flags
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
+from reconcile import logs
 from reconcile.health import DEFAULT_PORT
 
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
@@ -61,8 +64,17 @@ def _env_int(name: str, default: int) -> int:
     return go_int(value) if value else default
 
 
+class FlagError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise FlagError(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="mpijob-operator",
         description="MPIJob (kubeflow.org/v2beta1) operator, a drop-in replacement for mpi-operator v2.",
         allow_abbrev=False,
@@ -192,8 +204,23 @@ def go_args(argv: list[str], p: argparse.ArgumentParser) -> list[str]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = parser()
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args(go_args(raw, p))
+    raw = go_args(list(sys.argv[1:] if argv is None else argv), p)
+    try:
+        args = p.parse_args(raw)
+        _check(p, args)
+    except FlagError as err:
+        # One log line in the chosen format (JSON unless text was asked for), exit 2 as Go's flag package.
+        record = logging.LogRecord(
+            "mpijob-operator", logging.CRITICAL, __file__, 0, "invalid flags", None, None
+        )
+        record.error, record.help = str(err), "mpijob-operator -h"
+        text = "--log-format=text" in raw
+        sys.stderr.write((logs.TextFormatter() if text else logs.JSONFormatter()).format(record) + "\n")
+        raise SystemExit(2) from None
+    return args
+
+
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     checks: list[tuple[Callable[[argparse.Namespace], bool], str]] = [
         (lambda a: a.threadiness >= 1, "--threadiness must be at least 1"),
         (
@@ -216,4 +243,3 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.log_file_path = args.log_file or (
             os.path.join(args.log_dir, "mpijob-operator.log") if args.log_dir else ""
         )
-    return args

@@ -55,6 +55,29 @@ def upstream_flags() -> dict[str, str]:
     return {**flag_definitions(own), **flag_definitions(defined)}
 
 
+def upstream_manifests(kubectl: Path, variant: str, work: Path) -> list[dict]:
+    """`kubectl kustomize` of upstream's manifests/<variant> (base, overlays/standalone, overlays/kubeflow,
+    overlays/dev: a template that upstream's e2e fills with the image under test; filled here with ours)."""
+    import yaml
+
+    tree = work / "upstream-manifests"
+    if not tree.exists():
+        shutil.copytree(upstream_dir() / "manifests", tree)
+        for p in (tree, *tree.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)  # the module cache is read-only
+        template = tree / "overlays/dev/kustomization.yaml.template"
+        text = template.read_text().replace("%IMAGE_NAME%", "mpijob-operator").replace("%IMAGE_TAG%", "0.1.0")
+        (tree / "overlays/dev/kustomization.yaml").write_text(text)
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(tree / variant)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
 if __name__ == "__main__":
     for m in MODULES:
         print(f"{m}: {module_dir(m)}")

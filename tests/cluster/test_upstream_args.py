@@ -9,18 +9,15 @@ this operator to the test's namespace, and the probe port (upstream's Deployment
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 import tests.cluster.test_operator as base
 from tests.cluster.test_operator import Operator, create_mpijob, has_condition, mpijob, wait_for
-from tests.upstream_source import upstream_dir
+from tests.upstream_source import upstream_manifests
 
 kube = base.kube
 mpijob_crd = base.mpijob_crd
@@ -29,23 +26,8 @@ VARIANTS = ("base", "overlays/standalone", "overlays/kubeflow", "overlays/dev")
 
 
 def upstream_deployment_args(kubectl: Path, variant: str, work: Path) -> list[str]:
-    tree = work / "manifests"
-    shutil.copytree(upstream_dir() / "manifests", tree)
-    tree.chmod(0o755)
-    for p in tree.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    if variant == "overlays/dev":  # a template upstream's e2e fills in with the image under test
-        template = tree / "overlays/dev/kustomization.yaml.template"
-        text = template.read_text().replace("%IMAGE_NAME%", "mpijob-operator").replace("%IMAGE_TAG%", "0.1.0")
-        (tree / "overlays/dev/kustomization.yaml").write_text(text)
-    out = subprocess.run(
-        [str(kubectl), "kustomize", str(tree / variant)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    (deployment,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
+    docs = upstream_manifests(kubectl, variant, work)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return list(container["args"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
@@ -66,19 +67,41 @@ def api_client(kubeconfig_path: str, master: str) -> ApiClient:
     return ApiClient(cfg)
 
 
+class StartupError(Exception):
+    """A start-up step failed. main() logs it as one line and exits 1; the Deployment's restart back-off
+    (CrashLoopBackOff) is the retry, as for upstream, whose start-up errors are fatal too."""
+
+    def __init__(self, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
 def check_crd(kube: Kube, namespace: str) -> None:
-    """Exit 1 with a clear message when the MPIJob CRD is missing (as upstream does at start)."""
+    """Fail clearly when the MPIJob CRD is missing (as upstream does at start) or the API is unreachable."""
     try:
         kube.list(MPIJOB, namespace or None, limit=1)
     except ApiError as err:
         if err.status == 404:
-            log.critical(
+            raise StartupError(
                 "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
                 "apply deploy/crd/ first",
-                extra={"error": str(err)},
-            )
-            sys.exit(1)
-        raise
+                error=str(err),
+            ) from err
+        raise StartupError(
+            "the API server refused the start-up check", error=str(err), status=err.status
+        ) from err
+    except Exception as err:  # connection refused, TLS, DNS: urllib3 has retried already
+        raise StartupError(
+            "cannot reach the API server", error=_short(err), server=kube.api_client.configuration.host
+        ) from err
+
+
+def _short(err: BaseException) -> str:
+    """The innermost reason of a transport error, without urllib3's nesting."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    reason = getattr(err, "reason", None)
+    return str(reason if reason is not None else err)
 
 
 def fatal(message: str) -> NoReturn:
@@ -93,7 +116,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(version_text())
         return 0
-    logs.setup(args.log_format, args.log_level)
+    try:
+        logs.setup(args.log_format, args.log_level, file=args.log_file_path, also_stderr=args.alsologtostderr)
+    except OSError as err:
+        logs.setup(args.log_format, args.log_level)
+        log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
+        return 1
+    try:
+        return run(args)
+    except StartupError as err:
+        log.critical(str(err), extra=err.fields)
+    except Exception as err:  # anything unforeseen: still one line, the traceback inside it
+        log.critical("the operator failed", extra={"error": _short(err)}, exc_info=True)
+    logging.shutdown()
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
     log.info(
         "starting",
         extra={
@@ -111,24 +150,20 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = api_client(args.kubeconfig, args.master)
+        lease_client = api_client(args.kubeconfig, args.master)
     except Exception as err:
-        log.critical("cannot build the Kubernetes client", extra={"error": str(err)})
-        return 1
+        raise StartupError("cannot build the Kubernetes client", error=_short(err)) from err
     kube = Kube(client, qps=args.kube_api_qps, burst=args.kube_api_burst, on_request=count)
     # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
     # must never starve the lease renewals of rate-limit tokens and lose the lease.
     lease_kube = Kube(
-        api_client(args.kubeconfig, args.master),
+        lease_client,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
         on_request=count,
         user_agent="mpi-operator/leader-election",
     )
-    try:
-        check_crd(kube, args.namespace)
-    except ApiError as err:
-        log.critical("cannot reach the API server", extra={"error": str(err)})
-        return 1
+    check_crd(kube, args.namespace)
 
     host = socket.gethostname()
     identity = f"{host}_{uuid.uuid4()}"
@@ -163,14 +198,17 @@ def main(argv: list[str] | None = None) -> int:
         return controller.has_synced() if elector.is_leader else True
 
     port = args.monitoring_port or DEFAULT_PORT
-    health = HealthServer(
-        args.bind_address,
-        port,
-        healthy=elector.healthy,
-        ready=ready,
-        metrics=metrics.exposition if args.monitoring_port else None,
-        synced=controller.synced_version if args.monitoring_port else None,
-    )
+    try:
+        health = HealthServer(
+            args.bind_address,
+            port,
+            healthy=elector.healthy,
+            ready=ready,
+            metrics=metrics.exposition if args.monitoring_port else None,
+            synced=controller.synced_version if args.monitoring_port else None,
+        )
+    except OSError as err:
+        raise StartupError(f"cannot listen on {args.bind_address}:{port}", error=str(err)) from err
     health.start()
 
     def on_signal(signum: int, _frame: object) -> None:

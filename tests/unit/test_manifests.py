@@ -132,7 +132,9 @@ def test_crd_identity(crd):
     assert spec["names"]["kind"] == "MPIJob"
     assert spec["names"]["plural"] == "mpijobs"
     assert spec["names"]["listKind"] == "MPIJobList"
-    assert spec["names"]["shortNames"] == ["mpij"]
+    assert spec["names"]["shortNames"] == ["mpij"]  # our addition; upstream's CRD has none
+    # In the `all` category, `kubectl delete all --all` would delete every MPIJob of the namespace.
+    assert "categories" not in spec["names"]
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v2beta1", True, True)
     assert version["subresources"] == {"status": {}}
@@ -675,3 +677,49 @@ def test_dockerfile_builds_a_non_root_image_of_the_operator(deployment):
     # The operator's packages are copied in: the entry point's and render (which reconcile imports).
     for package in {entry.split(".")[0], "render"}:
         assert f"COPY {package} ./{package}" in text
+
+
+# ------------------------------------------------------------------------------------------ overlays
+def _kustomize(path: Path) -> list[dict[str, Any]]:
+    import subprocess
+
+    import yaml
+
+    from localcluster.binaries import find_bin_dir
+
+    out = subprocess.run(
+        [str(find_bin_dir() / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_standalone_overlay_is_deploy():
+    assert _kustomize(DEPLOY / "overlays" / "standalone") == _kustomize(DEPLOY)
+
+
+def test_kubeflow_overlay_moves_everything_to_kubeflow_and_leaves_its_namespace_alone():
+    objs = _kustomize(DEPLOY / "overlays" / "kubeflow")
+    full = _kustomize(DEPLOY)
+    assert {(o["kind"], o["metadata"]["name"]) for o in full} - {
+        (o["kind"], o["metadata"]["name"]) for o in objs
+    } == {("Namespace", NAMESPACE)}
+    for o in objs:
+        if "namespace" in o["metadata"]:
+            assert o["metadata"]["namespace"] == "kubeflow", o["metadata"]["name"]
+        for subject in o.get("subjects", []):
+            assert subject["namespace"] == "kubeflow"
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--lock-namespace=kubeflow" in args and "--lock-namespace=mpi-operator" not in args
+
+
+def test_deployment_selector_is_upstreams():
+    # Immutable: anything else makes `kubectl apply` over an upstream install fail (L2 test_e2e_upgrade).
+    (dep,) = [o for o in _objects(DEPLOY) if o["kind"] == "Deployment"]
+    assert dep["spec"]["selector"]["matchLabels"] == {
+        "app": "mpi-operator",
+        "app.kubernetes.io/component": "mpijob",
+        "app.kubernetes.io/name": "mpi-operator",
+        "kustomize.component": "mpi-operator",
+    }

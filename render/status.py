@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 from render import conditions as cond
@@ -12,8 +11,8 @@ from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
 from render.jsonutil import clone
 from render.observed import JobView, Observed, condition, condition_true, phase, view
-from render.parse import parse_mpijob
-from render.timeutil import format_time, parse_time
+from render.parse import parse_mpijob, too_deep
+from render.timeutil import add_seconds, format_time, parse_time
 
 MAX_MESSAGE = 1024
 
@@ -54,6 +53,8 @@ def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     if not isinstance(mpijob, MPIJob) and not isinstance(mpijob, Mapping):
         parse_mpijob(mpijob)  # raises ValidationError
     old = mpijob.status if isinstance(mpijob, MPIJob) else raw.get("status")
+    if not isinstance(mpijob, MPIJob) and too_deep(old) is not None:
+        old = None  # not a status this operator wrote; parse_mpijob below reports where
     st: dict[str, Any] = clone(old) if isinstance(old, Mapping) else {}
     spec = raw.get("spec") if isinstance(raw, Mapping) else None
     run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
@@ -201,7 +202,7 @@ def deadline(job: MPIJob, st: Mapping[str, Any]) -> Any:
     start = parse_time(st.get("startTime"))
     if ads is None or start is None:
         return None
-    return start + timedelta(seconds=ads)
+    return add_seconds(start, ads)
 
 
 def _pod_reason(pod: Mapping[str, Any]) -> str:

@@ -16,10 +16,12 @@ from typing import Any
 
 import render
 from reconcile import events as ev
-from reconcile import managedfields
-from reconcile.differ import plan
+from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
+from reconcile.engine import managedfields
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ExecResult, execute, warm_up
+from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
-from reconcile.executor import FIELD_MANAGER, ExecResult, execute, warm_up
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -38,8 +40,6 @@ from reconcile.kube import (
     resource_for,
 )
 from reconcile.metrics import Metrics
-from reconcile.plan import Plan
-from reconcile.policy import DEFAULT_POLICY
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (
@@ -49,18 +49,21 @@ from reconcile.syncstate import (
     merge_launcher_template_metadata,
     status_changed,
 )
+from render import conditions as rcond
 from render import names
+from render.errors import one_line
+from render.observed import CreateFailure
+from render.status import MAX_MESSAGE
+from render.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
-
-
-# The per-kind update policy (DESIGN §3.4) is Kubernetes' own rules for the kinds we render, as data:
-# Pods and the SSH Secret create-only (labels and annotations may change); the launcher Job takes only
-# `suspend` and, while suspended and not started, the scheduling directives; ConfigMap, Service (knowing
-# its server defaults) and PodGroups patched in place; creates in dependency order.
-POLICY = DEFAULT_POLICY
+# A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
+SYNC_FAILURES_FOR_CONDITION = 3
+SYNC_FAILED = "SyncFailed"
+# A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
+MAX_WAKEUP_SECONDS = 24 * 3600.0
 
 
 def podgroup_resource(gang_scheduling: str) -> Resource | None:
@@ -119,6 +122,10 @@ class Controller:
         self._fresh_keys: dict[str, render.SSHKey] = {}
         # job uid -> wanted names a create found taken by objects our watches cannot see
         self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
+        # key -> (job uid, the create the API server refused in the job's last sync): status shows it
+        self._create_failures: dict[str, tuple[str, CreateFailure]] = {}
+        # key -> syncs failed in a row
+        self._sync_failures: dict[str, int] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
 
@@ -213,22 +220,65 @@ class Controller:
         try:
             self.sync(key)
             self.queue.forget(key)
+            if self._sync_failures.pop(key, 0) >= SYNC_FAILURES_FOR_CONDITION:
+                self._clear_sync_failed(key)
         except Exception as err:
             result = "error"
             if isinstance(err, (ApiError, SyncError)):
                 log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
             else:
                 log.exception("sync failed, requeued", extra={"key": key})
+            self._report_sync_error(key, err)
             if not self._stopped.is_set():
                 self.queue.add_rate_limited(key)
         finally:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
+
+    # -- failed syncs, shown on the job --------------------------------------------------------------
+    def _report_sync_error(self, key: str, err: Exception) -> None:
+        """Count it; tell the job's owner with an event, and a condition once it repeats. A SyncError is
+        a retry the job's status and events already explain; a 409 is an ordinary stale write."""
+        reason = _error_reason(err)
+        self.metrics.sync_errors.labels(reason=reason).inc()
+        count = self._sync_failures[key] = self._sync_failures.get(key, 0) + 1
+        if isinstance(err, SyncError) or (isinstance(err, ApiError) and err.status == 409):
+            return
+        obj = self.mpijobs.store.get(key)
+        if obj is None:
+            return
+        message = one_line(f"sync failed, retried with back-off: {reason}: {err}")
+        self.recorder.event(obj, ev.WARNING, SYNC_FAILED, message[:MAX_MESSAGE])
+        if count >= SYNC_FAILURES_FOR_CONDITION:
+            self._set_sync_condition(obj, rcond.TRUE, reason, message)
+
+    def _clear_sync_failed(self, key: str) -> None:
+        obj = self.mpijobs.store.get(key)
+        if obj is not None:
+            self._set_sync_condition(obj, rcond.FALSE, "Synced", "the last sync succeeded")
+
+    def _set_sync_condition(self, obj: dict[str, Any], status: str, reason: str, message: str) -> None:
+        old = obj.get("status") or {}
+        conds = rcond.clean(old.get("conditions"))
+        if status == rcond.FALSE and rcond.find(conds, SYNC_FAILED) is None:
+            return
+        now = format_time(self._now())
+        new = {
+            **old,
+            "conditions": rcond.set_condition(conds, SYNC_FAILED, status, reason, message[:MAX_MESSAGE], now),
+        }
+        if not status_changed(old, new):
+            return
+        try:
+            self._write_status(obj, new)
+        except Exception as exc:  # the status write may be what fails; the event and the log still tell
+            log.warning("condition %s not written", SYNC_FAILED, extra={"error": str(exc)})
 
     # -- the sync -----------------------------------------------------------------------------------
     def sync(self, key: str) -> None:
         obj = self.mpijobs.store.get(key)
         if obj is None:
             self.metrics.remove_job_info(key)
+            self._create_failures.pop(key, None)
             return
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_managed_externally(obj):
@@ -241,7 +291,9 @@ class Controller:
             return
         children = self.children_of(job)
         children += self._held_names(job, children)
-        observed = self._observe(job, children, now)
+        remembered = self._create_failures.get(key)
+        refused = remembered[1] if remembered is not None and remembered[0] == job.uid else None
+        observed = self._observe(job, children, now, refused)
 
         old_status = obj.get("status") or {}
         new_status = render.status(job, observed, self.config)
@@ -262,11 +314,19 @@ class Controller:
         live = [o for o in children if o.get("kind") != "PriorityClass"]
         merge_launcher_template_metadata(desired, live)
         live = self._clear_launcher_start_time(desired, live)
-        the_plan = plan(desired, live, POLICY, job.uid)
+        the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
-        result = execute(the_plan, self.kube.api_client, self.field_manager, owner_description="MPIJob")
+        result = execute(
+            the_plan,
+            self.kube.api_client,
+            self.field_manager,
+            owner_description="MPIJob",
+            create_rules=CREATE_RULES,
+        )
         self._after_execute(obj, job, the_plan, result)
+        if self._remember_create_failure(key, job, result, refused):
+            self.queue.add(key)  # the status must say so (or stop saying so) now, not at the next event
 
         if self._owned_launcher(job, live) is not None or any(
             o.key.kind == "Job" and o.result == "created" for o in result.done
@@ -274,7 +334,8 @@ class Controller:
             self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
         wake = render.next_wakeup(job, new_status, now)
         if wake is not None:
-            self.queue.add_after(key, max(0.0, (wake - now).total_seconds()) + 0.01)
+            delay = min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + 0.01)
+            self.queue.add_after(key, delay)
         if the_plan.conflicts:
             raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
         if not result.ok:
@@ -301,17 +362,9 @@ class Controller:
         return out
 
     def wanted(self, job: Any) -> list[tuple[Resource, str]]:
-        """Every name the job's children may take; any object holding one must be seen (conflicts)."""
-        out = [
-            (SERVICE, job.name),
-            (CONFIGMAP, names.config_name(job.name)),
-            (SECRET, names.ssh_secret_name(job.name)),
-            (JOB, names.launcher_name(job.name)),
-        ]
-        if self.podgroup_res is not None:
-            out.append((self.podgroup_res, job.name))
-        out += [(POD, names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
-        return out
+        """Every name the job's children may take (render's list); any object holding one must be seen."""
+        by_kind = {res.kind: res for res in self.children}
+        return [(by_kind[kind], name) for kind, name in render.wanted_names(job, self.config)]
 
     def _held_names(self, job: Any, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Objects holding wanted names that are not our children: from the caches, or, for objects
@@ -349,7 +402,32 @@ class Controller:
         found.setdefault("kind", res.kind)
         return managedfields.slim(found)
 
-    def _observe(self, job: Any, children: list[dict[str, Any]], now: datetime) -> render.Observed:
+    def _remember_create_failure(
+        self, key: str, job: Any, result: ExecResult, before: CreateFailure | None
+    ) -> bool:
+        """Keep the first create the server refused in this sync for the next status; True if changed."""
+        failed = next((f for f in result.failures if f.verb == "create"), None)
+        if failed is None:
+            self._create_failures.pop(key, None)
+            return before is not None
+        refused = CreateFailure(
+            kind=failed.key.kind,
+            name=failed.key.name,
+            code=failed.code,
+            message=failed.message,
+            permanent=failed.permanent,
+            causes=failed.causes,
+        )
+        self._create_failures[key] = (job.uid, refused)
+        return refused != before
+
+    def _observe(
+        self,
+        job: Any,
+        children: list[dict[str, Any]],
+        now: datetime,
+        create_failure: CreateFailure | None = None,
+    ) -> render.Observed:
         has_secret = any(
             o.get("kind") == "Secret"
             and o["metadata"].get("name") == names.ssh_secret_name(job.name)
@@ -363,7 +441,9 @@ class Controller:
             key = self._fresh_keys.get(job.uid)
             if key is None:
                 key = self._fresh_keys[job.uid] = render.generate_ssh_key()
-        return render.Observed.from_objects(children, now=now, fresh_ssh_key=key)
+        return render.Observed.from_objects(
+            children, now=now, fresh_ssh_key=key, create_failure=create_failure
+        )
 
     def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:
         for o in live:
@@ -467,6 +547,12 @@ class Controller:
 
 class SyncError(Exception):
     """A sync that did its part but must be retried (e.g. a wanted name is held by someone else)."""
+
+
+def _error_reason(err: Exception) -> str:
+    if isinstance(err, ApiError):
+        return f"ApiError{err.status}"
+    return type(err).__name__
 
 
 def _condition_reason(status: Mapping[str, Any], ctype: str) -> str:

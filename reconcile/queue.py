@@ -82,7 +82,7 @@ class WorkQueue:
                     if left <= 0:
                         raise TimeoutError
                     wait = left if wait is None else min(wait, left)
-                self._cond.wait(wait)
+                self._cond.wait(None if wait is None else min(wait, threading.TIMEOUT_MAX))
 
     def done(self, key: Hashable) -> None:
         with self._cond:

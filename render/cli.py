@@ -10,11 +10,12 @@ from typing import Any
 import yaml
 
 from render.api import Config, SSHKey
+from render.bounds import CLUSTER_DOMAIN_MAX
 from render.core import render
-from render.errors import FieldError, ValidationError
+from render.errors import FieldError, ValidationError, one_line
 from render.keys import generate_ssh_key, load_ssh_key
 from render.observed import Observed
-from render.parse import load_yaml
+from render.parse import MAX_DEPTH, load_yaml, quote, too_deep
 from render.status import status
 from render.timeutil import parse_time
 from render.yamlio import dump, dump_all, load_objects
@@ -66,26 +67,45 @@ def main(argv: list[str] | None = None) -> int:
         if args.observed:
             with open(args.observed, encoding="utf-8") as f:
                 objects = load_objects(f.read())
+            deep = too_deep(objects)
+            if deep is not None:
+                raise ValidationError(
+                    [FieldError(f"--observed{deep}", f"nested deeper than {MAX_DEPTH} levels")]
+                )
         now = datetime.now(UTC)
         if args.now:
             parsed = parse_time(args.now)
             if parsed is None:
-                raise ValidationError([FieldError("--now", f"Invalid value: {args.now!r}: must be RFC 3339")])
+                raise ValidationError(
+                    [FieldError("--now", f"Invalid value: {quote(args.now)}: must be RFC 3339")]
+                )
             now = parsed
         if args.ssh_key:
             with open(args.ssh_key, encoding="utf-8") as f:
                 key = load_ssh_key(f.read())
         else:
             key = generate_ssh_key()
+        if len(args.cluster_domain) > CLUSTER_DOMAIN_MAX:
+            raise ValidationError(
+                [
+                    FieldError(
+                        "--cluster-domain", f"Too long: must have at most {CLUSTER_DOMAIN_MAX} characters"
+                    )
+                ]
+            )
         config = Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
         children, st = run(mpijob, objects, now, key, config)
     except ValidationError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
         return 2
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+        # unreadable files and key material: bad input like any other, on one line
+        print(one_line(f"error: {exc}"), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug of ours; still one line and the input-error code, never a traceback
+        print(one_line(f"error: internal: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return 2
     sys.stdout.write(dump(st) if args.status else dump_all(children))
     return 0
 

@@ -26,12 +26,25 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 @attrs.frozen
+class CreateFailure:
+    """A child the API server refused to create in the last sync (the controller remembers it)."""
+
+    kind: str
+    name: str
+    code: str  # HTTP status code, "error" without an answer
+    message: str  # the server's message
+    permanent: bool = False  # Invalid: no retry can heal it
+    causes: tuple[tuple[str, str], ...] = ()  # (field of the child, message) from the server
+
+
+@attrs.frozen
 class Observed:
     """`now` is the only clock; `objects` are live children (and PriorityClasses); no I/O happens here."""
 
     now: datetime
     objects: tuple[dict[str, Any], ...] = ()
     fresh_ssh_key: SSHKey | None = None
+    create_failure: CreateFailure | None = None
     _by_name: dict[tuple[str, str], dict[str, Any]] = attrs.field(
         init=False, eq=False, repr=False, factory=dict
     )
@@ -45,9 +58,19 @@ class Observed:
 
     @classmethod
     def from_objects(
-        cls, objects: Iterable[Mapping[str, Any]], *, now: datetime, fresh_ssh_key: SSHKey | None = None
+        cls,
+        objects: Iterable[Mapping[str, Any]],
+        *,
+        now: datetime,
+        fresh_ssh_key: SSHKey | None = None,
+        create_failure: CreateFailure | None = None,
     ) -> Observed:
-        return cls(now=now, objects=tuple(dict(o) for o in objects), fresh_ssh_key=fresh_ssh_key)
+        return cls(
+            now=now,
+            objects=tuple(dict(o) for o in objects),
+            fresh_ssh_key=fresh_ssh_key,
+            create_failure=create_failure,
+        )
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         return self._by_name.get((kind, name))

@@ -22,10 +22,10 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from reconcile.differ import plan
-from reconcile.executor import ERR_RESOURCE_EXISTS, execute
-from reconcile.plan import Delete, ObjectKey, Plan
-from reconcile.policy import DEFAULT_POLICY
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ERR_RESOURCE_EXISTS, execute
+from reconcile.engine.plan import Delete, ObjectKey, Plan
 from render import Observed, ValidationError, render
 from render.keys import load_ssh_key
 from render.timeutil import parse_time
@@ -180,25 +180,25 @@ def test_render_children_on_the_server_need_no_writes(
     dyn = DynamicClient(api_client)
     ensure_priority_classes(dyn, desired)
 
-    first = plan(desired, [], DEFAULT_POLICY, owner)
+    first = plan(desired, [], POLICY, owner)
     assert len(first.creates) == len(desired)
-    dry = execute(first, dyn, dry_run=True)
+    dry = execute(first, dyn, FIELD_MANAGER, dry_run=True)
     assert dry.ok, dry.failures
     assert all(o.result == "created" for o in dry.done)
     with pytest.raises(NotFoundError):
         get(dyn, desired[0])  # a dry run persists nothing
 
-    done = execute(first, dyn)
+    done = execute(first, dyn, FIELD_MANAGER)
     assert done.ok, done.failures
     assert {c for (_, _, c) in done.request_counts()} == {"201"}
 
     live = read_back(dyn, desired)
-    again = plan(desired, live, DEFAULT_POLICY, owner)
+    again = plan(desired, live, POLICY, owner)
     assert not again, f"server defaulting looks like drift:\n{again}"
     # A converged cluster sees zero writes: executing the empty plan sends nothing.
-    assert not execute(again, dyn).requests
+    assert not execute(again, dyn, FIELD_MANAGER).requests
     # The objects the server returned on create already plan empty too (read your writes).
-    assert not plan(desired, [o.object for o in done.done], DEFAULT_POLICY, owner)
+    assert not plan(desired, [o.object for o in done.done], POLICY, owner)
     if RECORD:
         record(case, namespace, owner, desired, live)
 
@@ -215,7 +215,7 @@ def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client: ApiClient) -> None:
     dyn = DynamicClient(api_client)
     desired, owner = workers_case(namespace)
-    assert execute(plan(desired, [], DEFAULT_POLICY, owner), dyn).ok
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
 
     # Pod: labels are patched (server-side apply), spec drift is ignored.
     desired = copy.deepcopy(desired)
@@ -225,12 +225,12 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     cm = by_kind(desired, "ConfigMap")[0]
     key = next(iter(cm["data"]))
     cm["data"][key] += "# changed\n"
-    step = plan(desired, read_back(dyn, desired), DEFAULT_POLICY, owner)
+    step = plan(desired, read_back(dyn, desired), POLICY, owner)
     assert {str(p.key) for p in step.patches} == {str(ObjectKey.of(worker)), str(ObjectKey.of(cm))}, str(step)
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     live = read_back(dyn, desired)
-    assert not plan(desired, live, DEFAULT_POLICY, owner)
+    assert not plan(desired, live, POLICY, owner)
     live_worker = get(dyn, worker)
     assert live_worker["metadata"]["labels"]["extra"] == "yes"
     assert live_worker["spec"]["containers"][0]["image"] != "changed:latest"
@@ -240,20 +240,20 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     # Delete: a worker no longer desired goes, with its UID as precondition.
     gone = by_kind(desired, "Pod")[-1]
     smaller = [o for o in desired if o is not gone]
-    step = plan(smaller, read_back(dyn, desired), DEFAULT_POLICY, owner)
+    step = plan(smaller, read_back(dyn, desired), POLICY, owner)
     assert [str(d.key) for d in step.deletes] == [str(ObjectKey.of(gone))]
     stale_uid = step.deletes[0].uid
-    assert execute(step, dyn).ok
+    assert execute(step, dyn, FIELD_MANAGER).ok
     with pytest.raises(NotFoundError):
         get(dyn, gone)
     # ... and a delete whose UID no longer matches is refused (409) and reported as retryable.
-    assert execute(plan([gone], [], DEFAULT_POLICY, owner), dyn).ok  # a successor with a new UID
-    refused = execute(Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)), dyn)
+    assert execute(plan([gone], [], POLICY, owner), dyn, FIELD_MANAGER).ok  # a successor with a new UID
+    refused = execute(Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)), dyn, FIELD_MANAGER)
     assert refused.retry and [f.code for f in refused.failures] == ["409"]
     assert get(dyn, gone)["metadata"]["uid"] != stale_uid
 
     # A create planned from a stale cache meets AlreadyExists: re-plan, nothing overwritten.
-    stale_create = execute(plan([cm], [], DEFAULT_POLICY, owner), dyn)
+    stale_create = execute(plan([cm], [], POLICY, owner), dyn, FIELD_MANAGER)
     assert stale_create.replan and not stale_create.failures
 
     # Conflict: a foreign object with a wanted name is reported and left alone.
@@ -266,9 +266,9 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     dyn.resources.get(api_version="v1", kind="ConfigMap").create(body=foreign, namespace=namespace)
     wanted = copy.deepcopy(cm)
     wanted["metadata"]["name"] = "someone-elses"
-    step = plan([wanted], [get(dyn, foreign)], DEFAULT_POLICY, owner)
+    step = plan([wanted], [get(dyn, foreign)], POLICY, owner)
     assert len(step.conflicts) == 1 and step.writes == 0
-    result = execute(step, dyn, owner_description="MPIJob")
+    result = execute(step, dyn, FIELD_MANAGER, owner_description="MPIJob")
     assert [e.reason for e in result.events] == [ERR_RESOURCE_EXISTS] and not result.requests
     assert get(dyn, foreign)["data"] == {"x": "1"}
 
@@ -277,7 +277,7 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     dyn = DynamicClient(api_client)
     desired = desired_for("suspended", namespace)
     owner = owner_of(desired)
-    assert execute(plan(desired, [], DEFAULT_POLICY, owner), dyn).ok
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
     job = by_kind(desired, "Job")[0]
     assert get(dyn, job)["spec"]["suspend"] is True
 
@@ -287,27 +287,27 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     tmpl["spec"]["nodeSelector"] = {"zone": "b"}
     tmpl["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     tmpl["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/admitted"] = "true"
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert len(step.patches) == 1, str(step)
-    assert execute(step, dyn).ok
-    assert not plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    assert execute(step, dyn, FIELD_MANAGER).ok
+    assert not plan([job], [get(dyn, job)], POLICY, owner)
 
     # Resume: only spec.suspend changes.
     job["spec"]["suspend"] = False
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     assert get(dyn, job)["spec"]["suspend"] is False
 
     # Running: template drift is ignored; a metadata label is still patched, and the apply keeps the
     # (now immutable) template fields we applied while suspended, so the server accepts it.
     job["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "c"}
-    assert not plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    assert not plan([job], [get(dyn, job)], POLICY, owner)
     job["metadata"]["labels"]["phase"] = "running"
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/metadata/labels/phase"]
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     live = get(dyn, job)
     assert live["metadata"]["labels"]["phase"] == "running"

@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 import pytest
 
 import render
-from reconcile.controller import POLICY, Controller
+from reconcile.children import POLICY
+from reconcile.controller import Controller
+from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.events import EventRecorder
 from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube
 from reconcile.metrics import Metrics
-from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.syncstate import merge_launcher_template_metadata
 from tests.unit.test_controller import FakeKube
 

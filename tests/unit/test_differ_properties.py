@@ -18,10 +18,11 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconcile.differ import plan
-from reconcile.managedfields import FIELD_MANAGER, encode
-from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import is_zero
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.managedfields import encode
+from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import is_zero
 from render import Config, Observed, render
 from tests import strategies
 
@@ -141,7 +142,7 @@ def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any
 @given(rendered_and_stored())
 def test_plan_against_its_own_output_is_empty(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
     want, live = pair
-    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    result = plan([want], [live], POLICY, OWNER)
     assert not result, str(result)
 
 
@@ -151,7 +152,7 @@ def test_plan_against_server_defaulted_objects_is_empty(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
     want, live = pair
-    result = plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+    result = plan([want], [server_defaulted(live, data)], POLICY, OWNER)
     assert not result, str(result)
 
 
@@ -183,7 +184,7 @@ def test_removing_a_rendered_field_from_live_yields_a_patch(
     # Live keeps its own spelling of the object; remove the same field there (list items by position
     # in the rendered order: live containers are in the same order before any shuffling).
     remove(live, path)
-    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    result = plan([want], [live], POLICY, OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     assert result.patches[0].json_patch, "the patch describes the drift"
 
@@ -208,8 +209,8 @@ def test_our_managed_fields_on_our_own_output_plan_empty(
 ) -> None:
     want, live = pair
     live = with_our_fields(live, want)
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
-    assert not plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [live], POLICY, OWNER)
+    assert not plan([want], [server_defaulted(live, data)], POLICY, OWNER)
 
 
 @settings(max_examples=200, deadline=None)
@@ -226,7 +227,7 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     path = data.draw(st.sampled_from(candidates), label="no longer rendered")
     after = copy.deepcopy(want)
     remove(after, path)
-    result = plan([after], [live], DEFAULT_POLICY, OWNER)
+    result = plan([after], [live], POLICY, OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     (patch,) = result.patches
     assert patch.body is None, "a subset compare cannot see a removal: only the removal patch"
@@ -234,10 +235,12 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     assert len(patch.removal_patch) == 2
     new_live = jsonpatch.apply_patch(live, list(patch.removal_patch))
     assert new_live != live
-    assert not plan([after], [new_live], DEFAULT_POLICY, OWNER), "converged after the removal"
+    assert not plan([after], [new_live], POLICY, OWNER), "converged after the removal"
 
 
-CREATE_ONLY = Policy(kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)})
+CREATE_ONLY = Policy(
+    field_manager=FIELD_MANAGER, kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)}
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -277,14 +280,12 @@ def test_render_output_planned_against_itself_is_empty(mpijob: dict[str, Any]) -
     under the default policy and with every rendered field compared."""
     observed = Observed.from_objects([], now=strategies.NOW, fresh_ssh_key=strategies.TEST_KEY)
     desired = render(mpijob, observed, Config())
-    first = plan(desired, [], DEFAULT_POLICY, strategies.JOB_UID)
+    first = plan(desired, [], POLICY, strategies.JOB_UID)
     assert len(first.creates) == len(desired) and not first.conflicts
     live = [stored(obj, n) for n, obj in enumerate(desired)]
-    assert not plan(desired, live, DEFAULT_POLICY, strategies.JOB_UID)
-    assert not plan(desired, live, Policy(), strategies.JOB_UID)
+    assert not plan(desired, live, POLICY, strategies.JOB_UID)
+    assert not plan(desired, live, Policy(field_manager=FIELD_MANAGER), strategies.JOB_UID)
     owned = [with_our_fields(obj, want) for obj, want in zip(live, desired, strict=True)]
-    assert not plan(desired, owned, DEFAULT_POLICY, strategies.JOB_UID)
-    assert not plan(desired, owned, Policy(), strategies.JOB_UID)
-    assert not plan(desired, live, DEFAULT_POLICY, "another-owner").writes, (
-        "someone else's objects: no writes"
-    )
+    assert not plan(desired, owned, POLICY, strategies.JOB_UID)
+    assert not plan(desired, owned, Policy(field_manager=FIELD_MANAGER), strategies.JOB_UID)
+    assert not plan(desired, live, POLICY, "another-owner").writes, "someone else's objects: no writes"

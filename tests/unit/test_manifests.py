@@ -308,6 +308,8 @@ DEFAULTS = {
     "spec.runPolicy.cleanPodPolicy": "Running",
 }
 MINIMUMS = {
+    "spec.runPolicy.schedulingPolicy.minAvailable": 0,
+    "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds": 0,
     "spec.slotsPerWorker": 0,
     "spec.mpiReplicaSpecs.*.replicas": 0,
     "spec.runPolicy.backoffLimit": 0,
@@ -351,8 +353,13 @@ def _rules(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_admission_rules_are_where_they_belong(schema):
     # Only the root may read metadata.name; the cost of those rules is bounded by the name's maxLength.
     root_rules = schema["x-kubernetes-validations"]
-    assert len(root_rules) == 2
-    assert all("self.metadata.name" in r["rule"] and r["fieldPath"] == ".metadata.name" for r in root_rules)
+    assert len(root_rules) == 3
+    assert all("self.metadata.name" in r["rule"] for r in root_rules)
+    assert [r["fieldPath"] for r in root_rules] == [
+        ".metadata.name",
+        ".metadata.name",
+        ".spec.mpiReplicaSpecs.Worker.replicas",
+    ]
     assert schema["properties"]["metadata"]["properties"]["name"]["maxLength"] == 63
 
     specs = _at(schema, "spec.mpiReplicaSpecs")

@@ -24,9 +24,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.semantics_lists import KEY_DEFAULTS, item_key, list_type
-
-FIELD_MANAGER: Final = "mpijob-operator"
+from reconcile.engine.semantics_lists import KEY_DEFAULTS, item_key, list_type
 
 Tree = Mapping[str, Any]  # a fieldsV1 tree: step -> subtree
 StepKind = Literal["f", "k", "v", "i"]

@@ -1,4 +1,4 @@
-"""plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes, not MPI.
+"""plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes only.
 
 Rules (docs/architecture.md, DESIGN §3):
 
@@ -25,11 +25,19 @@ from typing import Any
 
 import jsonpatch
 
-from reconcile.managedfields import FIELD_MANAGER, owned_by
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
-from reconcile.policy import METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import MISSING, get_path, mask, normalise_desired, project, set_path, strict_equal
-from reconcile.semantics_removals import Removal, find_removals, whole_object_scopes
+from reconcile.engine.managedfields import owned_by
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
+from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import (
+    MISSING,
+    get_path,
+    mask,
+    normalise_desired,
+    project,
+    set_path,
+    strict_equal,
+)
+from reconcile.engine.semantics_removals import Removal, find_removals, whole_object_scopes
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +58,13 @@ def plan(
     policy: Policy,
     owner_uid: str,
     *,
-    field_manager: str = FIELD_MANAGER,
+    field_manager: str | None = None,
 ) -> Plan:
-    """``field_manager`` is the executor's: its managedFields entries say what we set before."""
+    """``field_manager`` (default: the policy's) is the executor's: its managedFields entries say what
+    we set before."""
     if not owner_uid:
         raise ValueError("owner_uid is required: without it every object would look foreign or ours")
+    manager = field_manager or policy.field_manager
     live_by_key: dict[ObjectKey, Mapping[str, Any]] = {}
     for obj in live:
         live_by_key.setdefault(ObjectKey.of(obj), obj)
@@ -81,7 +91,7 @@ def plan(
         elif meta.get("deletionTimestamp"):
             waits.append(Wait(key, str(meta.get("uid", ""))))
         else:
-            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), field_manager)
+            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), manager)
             if patch is not None:
                 patches.append(patch)
 

@@ -1,6 +1,6 @@
 """execute(plan, client) -> ExecResult: carry out a Plan through the API server. Thin and generic.
 
-Protocol, one field manager (``mpijob-operator``) throughout:
+Protocol, one field manager (the caller's) throughout:
 
 * **Creates are POSTs**, not server-side applies. An apply to a name that already exists merges into
   that object and silently takes over one we do not own (the plan may be built from a stale cache);
@@ -41,8 +41,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import HTTPError
 
-from reconcile.managedfields import FIELD_MANAGER as FIELD_MANAGER  # re-exported: the one manager
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +86,19 @@ class Failure:
     verb: Verb
     code: str
     message: str
+    permanent: bool = False  # the caller's CreateRules say a retry cannot heal it
+    causes: tuple[tuple[str, str], ...] = ()  # (field, message) from an Invalid answer
+
+
+@attrs.frozen
+class CreateRules:
+    """How the plan's creates depend on each other, as data from the caller (which kinds they are and
+    what their failures mean is the caller's knowledge, not the engine's)."""
+
+    permanent_codes: frozenset[int] = frozenset()  # HTTP codes of create failures no retry heals
+    last_kinds: frozenset[str] = frozenset()  # created only once every other create of the plan succeeded
+    stop_on_failure: bool = False  # a create that did not succeed stops the plan's later creates
+    none_while_conflicts: bool = False  # no create at all while a wanted name is held by someone else
 
 
 @attrs.frozen
@@ -97,6 +109,11 @@ class ExecResult:
     events: tuple[EventData, ...] = ()
     retry: bool = False  # conflict or transient error: requeue with backoff
     replan: bool = False  # the plan met a world other than the one it was made for
+    skipped: tuple[ObjectKey, ...] = ()  # creates not sent, by the CreateRules
+
+    @property
+    def permanent_failures(self) -> tuple[Failure, ...]:
+        return tuple(f for f in self.failures if f.permanent)
 
     @property
     def ok(self) -> bool:
@@ -128,12 +145,14 @@ def warm_up(client: ApiClient) -> None:
 def execute(
     plan: Plan,
     client: ApiClient | DynamicClient,
-    field_manager: str = FIELD_MANAGER,
+    field_manager: str,
     *,
     dry_run: bool = False,
     owner_description: str = "its owner",
+    create_rules: CreateRules = CreateRules(),
 ) -> ExecResult:
-    """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others."""
+    """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others, except
+    among creates as ``create_rules`` say."""
     if not plan.writes and not plan.conflicts:
         return ExecResult()
     try:
@@ -148,18 +167,38 @@ def execute(
             ),
             retry=True,
         )
-    run = _Run(dyn, field_manager, "All" if dry_run else None)
+    run = _Run(dyn, field_manager, "All" if dry_run else None, create_rules.permanent_codes)
     for delete in plan.deletes:
         run.delete(delete)
-    for create in plan.creates:
-        run.create(create)
+    _creates(run, plan, create_rules)
     for patch in plan.patches:
         run.apply(patch)
     for conflict in plan.conflicts:
         run.conflict(conflict, owner_description)
     return ExecResult(
-        tuple(run.done), tuple(run.failures), tuple(run.requests), tuple(run.events), run.retry, run.replan
+        tuple(run.done),
+        tuple(run.failures),
+        tuple(run.requests),
+        tuple(run.events),
+        run.retry,
+        run.replan,
+        tuple(run.skipped),
     )
+
+
+def _creates(run: _Run, plan: Plan, rules: CreateRules) -> None:
+    blocked = rules.none_while_conflicts and bool(plan.conflicts)
+    failed = False
+    for create in plan.creates:
+        last = create.key.kind in rules.last_kinds
+        if blocked or (failed and (rules.stop_on_failure or last)) or (last and run.skipped):
+            run.skipped.append(create.key)
+            continue
+        before = len(run.done)
+        run.create(create)
+        failed = failed or len(run.done) == before
+    if run.skipped:
+        log.info("%d creates held back: %s", len(run.skipped), ", ".join(map(str, run.skipped[:5])))
 
 
 def _status(exc: BaseException) -> int | None:
@@ -201,8 +240,16 @@ def _retryable(status: int | None) -> bool:
 
 
 class _Run:
-    def __init__(self, dyn: DynamicClient, field_manager: str, dry_run: str | None) -> None:
+    def __init__(
+        self,
+        dyn: DynamicClient,
+        field_manager: str,
+        dry_run: str | None,
+        permanent_codes: frozenset[int] = frozenset(),
+    ) -> None:
         self.dyn = dyn
+        self.permanent_codes = permanent_codes
+        self.skipped: list[ObjectKey] = []
         self.field_manager = field_manager
         self.dry_run = dry_run
         self.done: list[Outcome] = []
@@ -216,7 +263,7 @@ class _Run:
         try:
             return self.dyn.resources.get(api_version=api_version, kind=key.kind)
         except (ResourceNotFoundError, ApiException, HTTPError, OSError) as exc:
-            # e.g. a PodGroup CRD not installed (yet): worth a retry with backoff.
+            # e.g. a custom resource whose CRD is not installed (yet): worth a retry with backoff.
             self._fail(key, verb, "discovery", f"{api_version} {key.kind}: {_message(exc)}", retry=True)
             return None
 
@@ -231,8 +278,18 @@ class _Run:
         self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
         return (answer.to_dict() if hasattr(answer, "to_dict") else answer), None
 
-    def _fail(self, key: ObjectKey, verb: Verb, code: str, message: str, *, retry: bool) -> None:
-        self.failures.append(Failure(key, verb, code, message))
+    def _fail(
+        self,
+        key: ObjectKey,
+        verb: Verb,
+        code: str,
+        message: str,
+        *,
+        retry: bool,
+        permanent: bool = False,
+        causes: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.failures.append(Failure(key, verb, code, message, permanent, causes))
         self.retry = self.retry or retry
         reason = {"create": "FailedCreate", "delete": "FailedDelete"}.get(verb, "FailedUpdate")
         self.events.append(EventData(WARNING, reason, f"{verb} {key}: {message}", str(key)))
@@ -241,7 +298,15 @@ class _Run:
     def _error(self, key: ObjectKey, verb: Verb, exc: BaseException) -> None:
         status = _status(exc)
         code = str(status) if status is not None else "error"
-        self._fail(key, verb, code, _message(exc), retry=_retryable(status))
+        permanent = verb == "create" and status in self.permanent_codes
+        causes = tuple(
+            (str(c.get("field", "")), str(c.get("message", "")))
+            for c in _causes(exc)
+            if isinstance(c, Mapping)
+        )
+        self._fail(
+            key, verb, code, _message(exc), retry=_retryable(status), permanent=permanent, causes=causes
+        )
 
     def create(self, entry: Create) -> None:
         res = self._resource(entry.api_version, entry.key, "create")

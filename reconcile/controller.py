@@ -22,6 +22,7 @@ from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult, execute, warm_up
 from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
+from reconcile.fence import NotLeader
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -194,14 +195,17 @@ class Controller:
             self._workers.append(t)
         return True
 
-    def stop(self, timeout: float = 30) -> None:
+    def stop(self, timeout: float = 30) -> bool:
+        """Hand no key out any more (queued ones are dropped: the next leader lists them again), give the
+        syncs in flight ``timeout`` s, stop the informers. True if every worker finished in time."""
         self._stopped.set()
-        self.queue.shutdown()
+        self.queue.shutdown(drop=True)
         deadline = time.monotonic() + timeout
         for t in self._workers:
             t.join(max(0.0, deadline - time.monotonic()))
         for inf in self.informers:
             inf.stop()
+        return not any(t.is_alive() for t in self._workers)
 
     def _worker(self) -> None:
         while True:
@@ -222,6 +226,12 @@ class Controller:
             self.queue.forget(key)
             if self._sync_failures.pop(key, 0) >= SYNC_FAILURES_FOR_CONDITION:
                 self._clear_sync_failed(key)
+        except NotLeader as err:
+            # The fence refused a write: leadership lapsed (the API server is unreachable) or ended.
+            result = "fenced"
+            log.info("sync stopped: not leading", extra={"key": key, "error": str(err)})
+            if not self._stopped.is_set():
+                self.queue.add_rate_limited(key)
         except Exception as err:
             result = "error"
             if isinstance(err, (ApiError, SyncError)):

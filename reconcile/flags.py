@@ -38,6 +38,22 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster-domain", default="", help="appended to the FQDNs in the hostfile")
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
+    # client-go's leader-election flag names (kube-controller-manager's), with its defaults for operators
+    p.add_argument(
+        "--leader-elect-lease-duration",
+        type=int,
+        default=15,
+        help="seconds a standby waits on an unrenewed Lease before taking it",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=5.0,
+        help="seconds the leader may fail to renew before it stops writing (until it renews again)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period", type=float, default=3.0, help="seconds between Lease attempts"
+    )
     p.add_argument(
         "--monitoring-port",
         type=int,
@@ -59,4 +75,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser().error("--kube-api-qps must be >= 0 and --kube-api-burst >= 1")
     if args.controller_queue_rate_limit <= 0 or args.controller_queue_burst < 1:
         parser().error("--controller-queue-rate-limit must be > 0 and --controller-queue-burst >= 1")
+    lease, renew, retry = (
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )
+    if not lease > renew > 1.2 * retry > 0:
+        parser().error(
+            "need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
+            "1.2 * --leader-elect-retry-period > 0"
+        )
     return args

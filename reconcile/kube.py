@@ -5,7 +5,9 @@ client's typed models, which cost several times the memory and drop unknown fiel
 
 ``Kube`` also wraps the ``ApiClient``'s REST layer, so every request made through that client (ours, the
 executor's typed calls, anything else) waits on one token bucket (``--kube-api-qps``/``--kube-api-burst``)
-and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``.
+and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every write
+(anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``, counted
+with code ``fenced``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import attrs
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from reconcile.fence import Fence, NotLeader
 from reconcile.ratelimit import TokenBucket
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @attrs.frozen
@@ -152,11 +156,13 @@ class Kube:
         burst: int = 10,
         on_request: Callable[[str, str, str], None] | None = None,
         user_agent: str = "mpi-operator",
+        fence: Fence | None = None,
     ) -> None:
         self.api_client = api_client
         api_client.user_agent = user_agent
         self._bucket = TokenBucket(qps, burst) if qps > 0 else None
         self._on_request = on_request
+        self.fence = fence
         self._instrument()
 
     # -- throttle and count every request of this ApiClient -----------------------------------------
@@ -167,13 +173,23 @@ class Kube:
         inner = rest.request
         bucket = self._bucket
         on_request = self._on_request
+        fence = self.fence
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             if bucket is not None:
                 bucket.wait()
             verb, kind = classify(method, url)
             try:
-                resp = inner(method, url, *args, **kwargs)
+                if fence is None or method.upper() in READS:
+                    resp = inner(method, url, *args, **kwargs)
+                else:
+                    # checked after the rate limiter's wait: the fence may have closed meanwhile
+                    with fence.write(f"{verb} {kind}"):
+                        resp = inner(method, url, *args, **kwargs)
+            except NotLeader:
+                if on_request is not None:
+                    on_request(verb, kind, "fenced")
+                raise
             except Exception:
                 if on_request is not None:
                     on_request(verb, kind, "error")

@@ -22,6 +22,7 @@ import render
 from reconcile import flags, logs
 from reconcile.controller import Controller
 from reconcile.events import EventRecorder
+from reconcile.fence import Fence
 from reconcile.health import DEFAULT_PORT, HealthServer
 from reconcile.kube import MPIJOB, ApiError, Kube
 from reconcile.leader import LeaderElector
@@ -114,7 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         log.critical("cannot build the Kubernetes client", extra={"error": str(err)})
         return 1
-    kube = Kube(client, qps=args.kube_api_qps, burst=args.kube_api_burst, on_request=count)
+    host = socket.gethostname()
+    identity = f"{host}_{uuid.uuid4()}"
+    # Every write of the controller's client passes the fence: none while we do not hold the Lease.
+    fence = Fence()
+    # The identity in the user agent ties each request in the API server's audit log to a Lease holder.
+    kube = Kube(
+        client,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        on_request=count,
+        user_agent=f"mpi-operator ({identity})",
+        fence=fence,
+    )
     # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
     # must never starve the lease renewals of rate-limit tokens and lose the lease.
     lease_kube = Kube(
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
         on_request=count,
-        user_agent="mpi-operator/leader-election",
+        user_agent=f"mpi-operator/leader-election ({identity})",
     )
     try:
         check_crd(kube, args.namespace)
@@ -130,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         log.critical("cannot reach the API server", extra={"error": str(err)})
         return 1
 
-    host = socket.gethostname()
-    identity = f"{host}_{uuid.uuid4()}"
     controller = Controller(
         kube,
         render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
@@ -154,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         lease_kube,
         args.lock_namespace,
         identity,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        fence=fence,
         on_started=started,
         on_stopped=lambda: fatal("leader election lost"),
         on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),

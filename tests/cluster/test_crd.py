@@ -479,6 +479,7 @@ OPERATOR_CAN = [
     ("get", "customresourcedefinitions", "", CRD_NAME, "apiextensions.k8s.io"),
     ("create", "leases", OPERATOR_NS, "", "coordination.k8s.io"),
     ("update", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
+    ("watch", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
 ]
 OPERATOR_CANNOT = [
     ("create", "pods/exec", "team-a", "job-worker-0", ""),

@@ -85,7 +85,6 @@ class Controller:
         threadiness: int = 2,
         queue_qps: float = 10,
         queue_burst: int = 100,
-        on_fatal: Callable[[str], None] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
     ) -> None:
@@ -103,7 +102,7 @@ class Controller:
 
         def informer(res: Resource, selector: str | None = CHILD_SELECTOR) -> Informer:
             ns = self.namespace if res.namespaced else None
-            return Informer(kube, res, namespace=ns, label_selector=selector, on_fatal=on_fatal)
+            return Informer(kube, res, namespace=ns, label_selector=selector, on_error=self._list_watch_error)
 
         self.mpijobs = informer(MPIJOB, None)
         self.children: dict[Resource, Informer] = {
@@ -131,6 +130,9 @@ class Controller:
         self._started = threading.Event()
 
     # -- informers and handlers ----------------------------------------------------------------------
+    def _list_watch_error(self, informer: str, code: str) -> None:
+        self.metrics.transient_errors.labels(source=informer, code=code).inc()
+
     @property
     def informers(self) -> list[Informer]:
         out = [self.mpijobs, *self.children.values()]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import random
 import signal
 import socket
 import sys
 import threading
+import time
 import tomllib
 import uuid
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
@@ -67,19 +70,49 @@ def api_client(kubeconfig_path: str, master: str) -> ApiClient:
     return ApiClient(cfg)
 
 
-def check_crd(kube: Kube, namespace: str) -> None:
-    """Exit 1 with a clear message when the MPIJob CRD is missing (as upstream does at start)."""
-    try:
-        kube.list(MPIJOB, namespace or None, limit=1)
-    except ApiError as err:
-        if err.status == 404:
-            log.critical(
-                "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
-                "apply deploy/crd/ first",
-                extra={"error": str(err)},
-            )
-            sys.exit(1)
-        raise
+STARTUP_BACKOFF = (0.5, 30.0)
+
+
+def check_crd(
+    kube: Kube,
+    namespace: str,
+    *,
+    on_error: Callable[[str], None] = lambda code: None,
+    stop: threading.Event | None = None,
+    backoff: tuple[float, float] = STARTUP_BACKOFF,
+) -> bool:
+    """Wait until MPIJobs can be listed. Exit 1 with one clear line only when the CRD is missing (as
+    upstream: NotFound); any other error (5xx, 429, 401/403 of an API server still starting, connection
+    errors) is retried with back-off and counted. False if ``stop`` was set first."""
+    failures = 0
+    while stop is None or not stop.is_set():
+        try:
+            kube.list(MPIJOB, namespace or None, limit=1)
+            return True
+        except ApiError as err:
+            if err.status == 404:
+                log.critical(
+                    "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
+                    "apply deploy/crd/ first",
+                    extra={"error": str(err)},
+                )
+                logging.shutdown()
+                sys.exit(1)
+            code, error = str(err.status), str(err)
+        except Exception as err:  # connection refused, reset, TLS, timeout
+            code, error = "error", repr(err)
+        failures += 1
+        on_error(code)
+        delay = min(backoff[1], backoff[0] * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
+        log.warning(
+            "cannot list MPIJobs yet, retrying",
+            extra={"code": code, "error": error, "failures": failures, "retry_in": round(delay, 2)},
+        )
+        if stop is not None:
+            stop.wait(delay)
+        else:
+            time.sleep(delay)
+    return False
 
 
 def fatal(message: str) -> NoReturn:
@@ -137,11 +170,21 @@ def main(argv: list[str] | None = None) -> int:
         on_request=count,
         user_agent=f"mpi-operator/leader-election ({identity})",
     )
-    try:
-        check_crd(kube, args.namespace)
-    except ApiError as err:
-        log.critical("cannot reach the API server", extra={"error": str(err)})
-        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def startup_error(code: str) -> None:
+        metrics.transient_errors.labels(source="startup", code=code).inc()
+
+    if not check_crd(kube, args.namespace, on_error=startup_error, stop=stop):
+        log.info("stopped")
+        return 0
 
     controller = Controller(
         kube,
@@ -152,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         threadiness=args.threadiness,
         queue_qps=args.controller_queue_rate_limit,
         queue_burst=args.controller_queue_burst,
-        on_fatal=fatal,
     )
-    stop = threading.Event()
 
     def started() -> None:
         if not controller.start():
@@ -186,13 +227,6 @@ def main(argv: list[str] | None = None) -> int:
         metrics=metrics.exposition if args.monitoring_port else None,
     )
     health.start()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     elector.run(stop, before_release=controller.stop)
     health.stop()

@@ -57,6 +57,12 @@ class Metrics:
             ["verb", "kind", "code"],
             registry=r,
         )
+        self.transient_errors = Counter(
+            "mpi_operator_transient_errors",
+            "Failed list/watch and start-up requests, retried with back-off, by source and HTTP code",
+            ["source", "code"],
+            registry=r,
+        )
         self._job_info_keys: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 

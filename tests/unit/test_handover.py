@@ -172,3 +172,52 @@ def test_sigterm_with_a_backlog_no_write_after_the_release():
     assert released - sigterm < 1.0
     sent = sum(1 for e in events if e[0] == "sent")
     assert sent < 100, "the backlog was drained instead of dropped"
+
+
+# -- start-up: only NotFound is fatal --------------------------------------------------------------
+class StartupKube:
+    def __init__(self, answers: list) -> None:
+        self.answers = answers
+
+    def list(self, res, namespace=None, **query):
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def test_startup_crd_check_retries_transient_errors():
+    from reconcile.kube import ApiError
+    from reconcile.main import check_crd
+
+    codes: list = []
+    kube = StartupKube(
+        [
+            ApiError(500, "Internal", "{}"),
+            ApiError(403, "Forbidden", "{}"),  # RBAC cache of a restarting API server not synced yet
+            ApiError(429, "TooManyRequests", "{}"),
+            ConnectionRefusedError("refused"),
+            {"items": []},
+        ]
+    )
+    assert check_crd(kube, "", on_error=codes.append, backoff=(0.001, 0.002))  # type: ignore[arg-type]
+    assert codes == ["500", "403", "429", "error"]
+
+
+def test_startup_crd_check_exits_on_not_found_only():
+    from reconcile.kube import ApiError
+    from reconcile.main import check_crd
+
+    kube = StartupKube([ApiError(503, "Unavailable", "{}"), ApiError(404, "NotFound", "{}")])
+    with pytest.raises(SystemExit) as exc:
+        check_crd(kube, "", backoff=(0.001, 0.002))  # type: ignore[arg-type]
+    assert exc.value.code == 1
+
+
+def test_startup_crd_check_ends_on_stop():
+    from reconcile.kube import ApiError
+    from reconcile.main import check_crd
+
+    stop = threading.Event()
+    stop.set()
+    assert not check_crd(StartupKube([ApiError(500, "x", "{}")] * 3), "", stop=stop)  # type: ignore[arg-type]

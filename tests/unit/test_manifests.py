@@ -549,8 +549,8 @@ def test_leases_only_in_the_lock_namespace():
     objects = _objects(DEPLOY)
     role = _one(objects, "Role", "mpi-operator-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert _grants(role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update"}]
+    assert _grants(role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update", "watch"}}
+    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update", "watch"}]
     assert all(r.get("resourceNames") == ["mpi-operator"] for r in named)
     assert ("coordination.k8s.io", "leases") not in _grants(
         _one(objects, "ClusterRole", "mpi-operator")["rules"]

@@ -47,7 +47,6 @@ from reconcile.syncstate import (
     condition_true,
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
-    merge_launcher_template_metadata,
     status_changed,
 )
 from render import conditions as rcond
@@ -324,7 +323,6 @@ class Controller:
 
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
-        merge_launcher_template_metadata(desired, live)
         live = self._clear_launcher_start_time(desired, live)
         the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if the_plan:

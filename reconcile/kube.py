@@ -28,6 +28,7 @@ APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
+DISCOVERY_BURST = 100
 
 
 @attrs.frozen
@@ -124,6 +125,8 @@ def classify(method: str, url: str) -> tuple[str, str]:
         rest = segs[2:]
     elif segs[:1] == ["apis"]:
         rest = segs[3:]
+    elif segs == ["version"]:
+        return "get", "discovery"
     else:
         return method.lower(), "other"
     if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
@@ -161,6 +164,10 @@ class Kube:
         self.api_client = api_client
         api_client.user_agent = user_agent
         self._bucket = TokenBucket(qps, burst) if qps > 0 else None
+        # API discovery (the dynamic client's /api, /apis, /apis/<group>/<version>, about 20 requests on a
+        # first start) waits on a bucket of its own with a larger burst: spending the main burst on it made
+        # the first job after a start wait seconds for tokens (client-go's typed clients need no discovery).
+        self._discovery_bucket = TokenBucket(qps, max(burst, DISCOVERY_BURST)) if qps > 0 else None
         self._on_request = on_request
         self.fence = fence
         self._instrument()
@@ -171,14 +178,15 @@ class Kube:
         if getattr(rest, "_mpi_operator_wrapped", False):
             return
         inner = rest.request
-        bucket = self._bucket
+        main_bucket, discovery_bucket = self._bucket, self._discovery_bucket
         on_request = self._on_request
         fence = self.fence
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            verb, kind = classify(method, url)
+            bucket = discovery_bucket if kind == "discovery" else main_bucket
             if bucket is not None:
                 bucket.wait()
-            verb, kind = classify(method, url)
             try:
                 if fence is None or method.upper() in READS:
                     resp = inner(method, url, *args, **kwargs)

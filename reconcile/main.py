@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
@@ -70,6 +71,15 @@ def api_client(kubeconfig_path: str, master: str) -> ApiClient:
     return ApiClient(cfg)
 
 
+class StartupError(Exception):
+    """A start-up step failed. main() logs it as one line and exits 1; the Deployment's restart back-off
+    (CrashLoopBackOff) is the retry, as for upstream, whose start-up errors are fatal too."""
+
+    def __init__(self, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
 STARTUP_BACKOFF = (0.5, 30.0)
 
 
@@ -81,7 +91,7 @@ def check_crd(
     stop: threading.Event | None = None,
     backoff: tuple[float, float] = STARTUP_BACKOFF,
 ) -> bool:
-    """Wait until MPIJobs can be listed. Exit 1 with one clear line only when the CRD is missing (as
+    """Wait until MPIJobs can be listed. StartupError (one line, exit 1) only when the CRD is missing (as
     upstream: NotFound); any other error (5xx, 429, 401/403 of an API server still starting, connection
     errors) is retried with back-off and counted. False if ``stop`` was set first."""
     failures = 0
@@ -91,16 +101,14 @@ def check_crd(
             return True
         except ApiError as err:
             if err.status == 404:
-                log.critical(
+                raise StartupError(
                     "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
                     "apply deploy/crd/ first",
-                    extra={"error": str(err)},
-                )
-                logging.shutdown()
-                sys.exit(1)
+                    error=str(err),
+                ) from err
             code, error = str(err.status), str(err)
         except Exception as err:  # connection refused, reset, TLS, timeout
-            code, error = "error", repr(err)
+            code, error = "error", _short(err)
         failures += 1
         on_error(code)
         delay = min(backoff[1], backoff[0] * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
@@ -115,6 +123,14 @@ def check_crd(
     return False
 
 
+def _short(err: BaseException) -> str:
+    """The innermost reason of a transport error, without urllib3's nesting."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    reason = getattr(err, "reason", None)
+    return str(reason if reason is not None else err)
+
+
 def fatal(message: str) -> NoReturn:
     """Exit at once: the state this process relies on (lease, API access) is gone."""
     log.critical(message)
@@ -127,7 +143,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(version_text())
         return 0
-    logs.setup(args.log_format, args.log_level)
+    try:
+        logs.setup(args.log_format, args.log_level, file=args.log_file_path, also_stderr=args.alsologtostderr)
+    except OSError as err:
+        logs.setup(args.log_format, args.log_level)
+        log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
+        return 1
+    try:
+        return run(args)
+    except StartupError as err:
+        log.critical(str(err), extra=err.fields)
+    except Exception as err:  # anything unforeseen: still one line, the traceback inside it
+        log.critical("the operator failed", extra={"error": _short(err)}, exc_info=True)
+    logging.shutdown()
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
     log.info(
         "starting",
         extra={
@@ -145,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = api_client(args.kubeconfig, args.master)
+        lease_client = api_client(args.kubeconfig, args.master)
     except Exception as err:
-        log.critical("cannot build the Kubernetes client", extra={"error": str(err)})
-        return 1
+        raise StartupError("cannot build the Kubernetes client", error=_short(err)) from err
     host = socket.gethostname()
     identity = f"{host}_{uuid.uuid4()}"
     # Every write of the controller's client passes the fence: none while we do not hold the Lease.
@@ -164,17 +196,26 @@ def main(argv: list[str] | None = None) -> int:
     # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
     # must never starve the lease renewals of rate-limit tokens and lose the lease.
     lease_kube = Kube(
-        api_client(args.kubeconfig, args.master),
+        lease_client,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
         on_request=count,
         user_agent=f"mpi-operator/leader-election ({identity})",
     )
     stop = threading.Event()
+    received: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        # No logging here: a handler that runs while the main thread writes a log line re-enters the
+        # stream (RuntimeError: reentrant call); a thread says it instead.
+        received.append(signal.Signals(signum).name)
         stop.set()
+
+    def say_shutting_down() -> None:
+        stop.wait()
+        log.info("shutting down", extra={"signal": received[0] if received else ""})
+
+    threading.Thread(target=say_shutting_down, name="signals", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -219,13 +260,16 @@ def main(argv: list[str] | None = None) -> int:
         return controller.has_synced() if elector.is_leader else True
 
     port = args.monitoring_port or DEFAULT_PORT
-    health = HealthServer(
-        args.bind_address,
-        port,
-        healthy=elector.healthy,
-        ready=ready,
-        metrics=metrics.exposition if args.monitoring_port else None,
-    )
+    try:
+        health = HealthServer(
+            args.bind_address,
+            port,
+            healthy=elector.healthy,
+            ready=ready,
+            metrics=metrics.exposition if args.monitoring_port else None,
+        )
+    except OSError as err:
+        raise StartupError(f"cannot listen on {args.bind_address}:{port}", error=str(err)) from err
     health.start()
 
     elector.run(stop, before_release=controller.stop)

@@ -88,7 +88,7 @@ def _invalid(raw: Mapping[str, Any], st: dict[str, Any], exc: ValidationError, n
         )
     message = truncate("Found validation errors: " + "; ".join(exc.lines()))
     conds = cond.set_condition(conds, cond.FAILED, cond.TRUE, REASON_VALIDATION, message, now)
-    st["conditions"] = conds
+    st["conditions"] = cond.state_last(conds)
     st.setdefault("completionTime", now)
     return st
 
@@ -122,8 +122,10 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
     st["replicaStatuses"] = replica_statuses(job, v)
 
     if cond.is_finished(conds):
-        st["conditions"] = conds
-        st.setdefault("completionTime", now)  # older writers may have left it unset (upstream #647)
+        # Older writers (upstream, earlier versions) may have left these behind.
+        conds = [c if not _restarting(c) else {**c, "status": cond.FALSE} for c in conds]
+        st["conditions"] = cond.state_last(conds)
+        st.setdefault("completionTime", now)  # upstream #647
         return st
 
     if job.suspended:
@@ -174,8 +176,12 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
                 "lastTransitionTime": st["completionTime"],
             }
         )
-    st["conditions"] = conds
+    st["conditions"] = cond.state_last(conds)
     return st
+
+
+def _restarting(c: Mapping[str, Any]) -> bool:
+    return c.get("type") == cond.RESTARTING and c.get("status") == cond.TRUE
 
 
 def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> None:
@@ -195,7 +201,8 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
             REASON_RESTARTING,
             truncate(f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"),
         )
-    elif v.launcher is not None and failed_launchers and not running_launchers:
+    elif v.launcher is not None and failed_launchers and not running_launchers and _replaced(v.launcher_pods):
+        # Only once the Job made a new pod: a failed pod the Job does not retry is the job failing.
         pod = newest(failed_launchers)
         setc(
             cond.RESTARTING,
@@ -207,6 +214,12 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
         running_workers = sum(1 for p in workers.values() if phase(p) == "Running")
         if running_workers == replicas:
             setc(cond.RUNNING, cond.TRUE, REASON_RUNNING, f"MPIJob {ns_name} is running.")
+
+
+def _replaced(pods: list[dict[str, Any]]) -> bool:
+    """A pod newer than the newest failed one is not Failed: the Job is retrying."""
+    latest = newest(pods)
+    return phase(latest) != "Failed"
 
 
 def deadline_passed(job: MPIJob, st: Mapping[str, Any], observed: Observed) -> bool:
@@ -261,16 +274,18 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tuple[str, str]:
-    """The launcher Job's failure reason, with the newest failed launcher pod's reason rolled up."""
+    """The launcher Job's failure reason as the Job gives it (BackoffLimitExceeded, DeadlineExceeded, ...:
+    what alert rules match on); the newest failed launcher pod's reason, container and exit code go into
+    the message."""
     jc = condition(launcher, "Failed") or {}
     reason = str(jc.get("reason") or REASON_FAILED)
     message = str(jc.get("message") or f"MPIJob {job.namespace}/{job.name} has failed")
     failed = [p for p in v.launcher_pods if phase(p) == "Failed"]
     if failed:
         pod_reason, pod_message = pod_failure(newest(failed))
-        if pod_reason:
-            reason += "/" + pod_reason
         message += ": " + pod_message
+        if pod_reason and pod_reason not in pod_message:
+            message += f" ({pod_reason})"
     return reason, truncate(message)
 
 

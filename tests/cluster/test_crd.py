@@ -110,6 +110,7 @@ def test_crd_installs_cleanly_and_becomes_established(crd_install, api_client):
     assert conditions["Established"] == "True"
     assert conditions["NamesAccepted"] == "True"
     assert crd.status.accepted_names.short_names == ["mpij"]
+    assert not crd.status.accepted_names.categories  # `kubectl delete all --all` must leave MPIJobs alone
 
 
 # ---------------------------------------------------------------------------------------- admission
@@ -376,7 +377,8 @@ def test_kubectl_get_shows_state_workers_active_and_age(crd_install, mpijobs, na
     out = kubectl(cluster, "get", "mpij", "-n", namespace, "--no-headers=false").stdout.splitlines()
     assert out[0].split() == ["NAME", "STATE", "WORKERS", "ACTIVE", "AGE"]
     assert out[1].split()[:4] == ["cols", "Running", "3", "2"]
-    assert "mpijob.kubeflow.org/cols" in kubectl(cluster, "get", "all", "-n", namespace).stdout
+    # Not in the `all` category: `kubectl delete all --all` must not take MPIJobs with it.
+    assert "mpijob" not in kubectl(cluster, "get", "all", "-n", namespace).stdout
 
 
 # ---------------------------------------------------------------------------------- explain/OpenAPI

@@ -312,3 +312,74 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     live = get(dyn, job)
     assert live["metadata"]["labels"]["phase"] == "running"
     assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "b"}
+
+
+def set_start_time(dyn: DynamicClient, job: dict[str, Any], value: str | None) -> None:
+    """What the Job controller does on start (L1 has none): ``status.startTime`` makes the template
+    immutable even while suspended."""
+    res = dyn.resources.get(api_version="batch/v1", kind="Job")
+    res.status.patch(
+        body={"status": {"startTime": value}},
+        name=job["metadata"]["name"],
+        namespace=job["metadata"]["namespace"],
+        content_type="application/merge-patch+json",
+    )
+
+
+def test_evicted_job_is_suspended_without_touching_its_immutable_template(
+    namespace: str, api_client: ApiClient
+) -> None:
+    """Kueue's eviction: admitted with a nodeSelector and a toleration (applied while suspended), run,
+    then suspended with both removed in one patch. The apply that suspends the launcher must keep what
+    we applied to the template (immutable now) and must not take the Job controller's labels; the
+    re-admission's nodeSelector is applied once the Job may change again."""
+    dyn = DynamicClient(api_client)
+    desired = desired_for("suspended", namespace)
+    owner = owner_of(desired)
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
+    job = copy.deepcopy(by_kind(desired, "Job")[0])
+    tmpl = job["spec"]["template"]["spec"]
+    admitted = copy.deepcopy(job)
+    admitted["spec"]["suspend"] = False
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
+    admitted["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    result = execute(plan([admitted], [get(dyn, job)], POLICY, owner), dyn, FIELD_MANAGER)
+    assert result.ok, result.failures
+    set_start_time(dyn, job, "2026-01-01T00:00:00Z")
+
+    evicted = copy.deepcopy(job)  # suspend: true, no nodeSelector, no toleration
+    assert "nodeSelector" not in tmpl and "tolerations" not in tmpl
+    step = plan([evicted], [get(dyn, job)], POLICY, owner)
+    assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
+    result = execute(step, dyn, FIELD_MANAGER)
+    assert result.ok, result.failures  # before the fix: 422 spec.template ... field is immutable
+    live = get(dyn, job)
+    assert live["spec"]["suspend"] is True
+    assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "b"}
+    ours = [m for m in live["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
+    applied = next(m["fieldsV1"] for m in ours if m["operation"] == "Apply")
+    labels = applied["f:spec"]["f:template"]["f:metadata"]["f:labels"]
+    job_controller = {
+        "controller-uid",
+        "job-name",
+        "batch.kubernetes.io/controller-uid",
+        "batch.kubernetes.io/job-name",
+    }
+    assert job_controller <= set(live["spec"]["template"]["metadata"]["labels"])
+    assert not {f"f:{k}" for k in job_controller} & set(labels), "never owned: we did not render them"
+    assert not plan([evicted], [live], POLICY, owner), "converged while the template is immutable"
+
+    # Re-admission elsewhere, after startTime is cleared (the controller's resume path does that).
+    set_start_time(dyn, job, None)
+    moved = copy.deepcopy(admitted)
+    moved["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "c"}
+    result = execute(plan([moved], [get(dyn, job)], POLICY, owner), dyn, FIELD_MANAGER)
+    assert result.ok, result.failures
+    live = get(dyn, job)
+    assert live["spec"]["suspend"] is False
+    assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "c"}
+    assert (
+        live["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        == job["metadata"]["name"]
+    )
+    assert not plan([moved], [live], POLICY, owner)

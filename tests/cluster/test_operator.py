@@ -97,10 +97,12 @@ class Operator:
             *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}  # added to the process environment
 
     def start(self) -> Operator:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("KUBECONFIG", None)
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True

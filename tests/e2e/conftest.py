@@ -545,8 +545,10 @@ def extra_scheduler(
 
 # -- extra kwok nodes -----------------------------------------------------------------------------------
 @contextlib.contextmanager
-def labelled_node(kube: Kube, name: str, labels: dict[str, str]) -> Iterator[str]:
-    """One more kwok fake node carrying `labels`; deleted afterwards."""
+def labelled_node(
+    kube: Kube, name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None
+) -> Iterator[str]:
+    """One more kwok fake node carrying `labels` (and `taints`); deleted afterwards."""
     cap = {"cpu": "32", "memory": "256Gi", "pods": "110"}
     body = {
         "apiVersion": "v1",
@@ -556,7 +558,7 @@ def labelled_node(kube: Kube, name: str, labels: dict[str, str]) -> Iterator[str
             "annotations": {KWOK_NODE_ANNOTATION: "fake"},
             "labels": {"type": "kwok", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name, **labels},
         },
-        "spec": {},
+        "spec": {"taints": list(taints)} if taints else {},
         "status": {"capacity": cap, "allocatable": dict(cap)},
     }
     node = Resource("v1", "Node", "nodes", namespaced=False)

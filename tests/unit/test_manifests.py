@@ -132,7 +132,9 @@ def test_crd_identity(crd):
     assert spec["names"]["kind"] == "MPIJob"
     assert spec["names"]["plural"] == "mpijobs"
     assert spec["names"]["listKind"] == "MPIJobList"
-    assert spec["names"]["shortNames"] == ["mpij"]
+    assert spec["names"]["shortNames"] == ["mpij"]  # our addition; upstream's CRD has none
+    # In the `all` category, `kubectl delete all --all` would delete every MPIJob of the namespace.
+    assert "categories" not in spec["names"]
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v2beta1", True, True)
     assert version["subresources"] == {"status": {}}

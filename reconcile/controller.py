@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.dynamic import DynamicClient
+
 import render
 from reconcile import events as ev
 from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
+from reconcile.discovery import static_client
 from reconcile.engine import managedfields
 from reconcile.engine.differ import plan
-from reconcile.engine.executor import ExecResult, execute, warm_up
+from reconcile.engine.executor import ExecResult, execute
 from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
 from reconcile.fence import NotLeader
@@ -116,6 +119,8 @@ class Controller:
         self.mpijobs.add_handler(self._on_mpijob)
         for inf in self.children.values():
             inf.add_handler(self._on_child)
+        # The executor's client knows our kinds: no API discovery before a new leader's first write.
+        self._client: DynamicClient | None = None
         self._workers: list[threading.Thread] = []
         # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
         self._fresh_keys: dict[str, render.SSHKey] = {}
@@ -186,10 +191,6 @@ class Controller:
                 if deadline is not None and time.monotonic() > deadline:
                     return False
         log.info("caches synced", extra={"informers": [i.name for i in self.informers]})
-        try:
-            warm_up(self.kube.api_client)
-        except Exception as exc:  # the first execute retries discovery and reports it per object
-            log.warning("API discovery failed; retried on first use", extra={"error": str(exc)})
         for i in range(self.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
@@ -329,7 +330,7 @@ class Controller:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(
             the_plan,
-            self.kube.api_client,
+            self._executor_client() if the_plan else self.kube.api_client,
             self.field_manager,
             owner_description="MPIJob",
             create_rules=CREATE_RULES,
@@ -350,6 +351,11 @@ class Controller:
             raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
         if not result.ok:
             raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
+
+    def _executor_client(self) -> DynamicClient:
+        if self._client is None:
+            self._client = static_client(self.kube.api_client)
+        return self._client
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""

@@ -170,7 +170,10 @@ W = "spec.mpiReplicaSpecs.Worker"
 VALID = {
     "launcher only, as a worker": [_set(W, DELETE), _set("spec.runLauncherAsWorker", True)],
     "54-character name, 10 workers": [_set("metadata.name", "a" * 54), _set(f"{W}.replicas", 10)],
-    "45-character name, 2**31-1 workers": [_set("metadata.name", "a" * 45), _set(f"{W}.replicas", 2**31 - 1)],
+    "45-character name, 2124 workers (its limit)": [
+        _set("metadata.name", "a" * 45),
+        _set(f"{W}.replicas", 2124),
+    ],
     "every enum's other values": [
         _set("spec.mpiImplementation", "MPICH"),
         _set("spec.launcherCreationPolicy", "WaitForWorkersReady"),

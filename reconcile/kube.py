@@ -62,7 +62,6 @@ LEASE = Resource("coordination.k8s.io/v1", "Lease", "leases")
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
-CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 
 KNOWN = (
     MPIJOB,
@@ -76,7 +75,6 @@ KNOWN = (
     PRIORITY_CLASS,
     VOLCANO_PODGROUP,
     SCHED_PLUGINS_PODGROUP,
-    CRD,
 )
 _BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
 _KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}

@@ -26,6 +26,7 @@ from reconcile.health import DEFAULT_PORT, HealthServer
 from reconcile.kube import MPIJOB, ApiError, Kube
 from reconcile.leader import LeaderElector
 from reconcile.metrics import Metrics
+from render.bounds import CLUSTER_DOMAIN_MAX
 
 log = logging.getLogger("mpijob-operator")
 
@@ -81,6 +82,29 @@ def check_crd(kube: Kube, namespace: str) -> None:
         raise
 
 
+class Controllers:
+    """One Controller per watched namespace (--namespace a,b): each namespace's informers, queue and
+    workers, so Roles in those namespaces are all the operator needs."""
+
+    def __init__(self, controllers: list[Controller]) -> None:
+        self.controllers = controllers
+
+    def start(self) -> bool:
+        return all(c.start() for c in self.controllers)
+
+    def stop(self) -> None:
+        for c in self.controllers:
+            c.stop()
+
+    def has_synced(self) -> bool:
+        return all(c.has_synced() for c in self.controllers)
+
+
+def namespaces_of(flag: str) -> list[str]:
+    """The --namespace list; [""] (every namespace) when empty."""
+    return [n.strip() for n in flag.split(",") if n.strip()] or [""]
+
+
 def fatal(message: str) -> NoReturn:
     """Exit at once: the state this process relies on (lease, API access) is gone."""
     log.critical(message)
@@ -124,24 +148,35 @@ def main(argv: list[str] | None = None) -> int:
         on_request=count,
         user_agent="mpi-operator/leader-election",
     )
+    namespaces = namespaces_of(args.namespace)
+    if len(args.cluster_domain) > CLUSTER_DOMAIN_MAX:
+        # the worker limit of the CRD assumes at most this many characters in every hostfile line
+        log.critical("--cluster-domain is too long", extra={"max": CLUSTER_DOMAIN_MAX})
+        return 1
     try:
-        check_crd(kube, args.namespace)
+        check_crd(kube, namespaces[0])
     except ApiError as err:
         log.critical("cannot reach the API server", extra={"error": str(err)})
         return 1
 
     host = socket.gethostname()
     identity = f"{host}_{uuid.uuid4()}"
-    controller = Controller(
-        kube,
-        render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
-        metrics=metrics,
-        recorder=EventRecorder(kube, host=host),
-        namespace=args.namespace,
-        threadiness=args.threadiness,
-        queue_qps=args.controller_queue_rate_limit,
-        queue_burst=args.controller_queue_burst,
-        on_fatal=fatal,
+    recorder = EventRecorder(kube, host=host)
+    controller = Controllers(
+        [
+            Controller(
+                kube,
+                render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
+                metrics=metrics,
+                recorder=recorder,
+                namespace=namespace,
+                threadiness=args.threadiness,
+                queue_qps=args.controller_queue_rate_limit,
+                queue_burst=args.controller_queue_burst,
+                on_fatal=fatal,
+            )
+            for namespace in namespaces
+        ]
     )
     stop = threading.Event()
 

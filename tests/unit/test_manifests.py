@@ -499,21 +499,19 @@ ALL_ROLES = [
 ]
 CRUD = {"get", "list", "watch", "create", "patch", "delete"}
 OPERATOR_GRANTS = {
-    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "delete"},
-    ("kubeflow.org", "mpijobs/status"): {"update", "patch"},
+    ("kubeflow.org", "mpijobs"): {"list", "watch", "delete"},
+    ("kubeflow.org", "mpijobs/status"): {"update"},
     ("kubeflow.org", "mpijobs/finalizers"): {"update"},
     ("", "pods"): CRUD,
     ("", "services"): CRUD,
     ("", "configmaps"): CRUD,
     ("", "secrets"): CRUD,
     ("batch", "jobs"): CRUD,
-    ("batch", "jobs/status"): {"update", "patch"},
+    ("batch", "jobs/status"): {"patch"},
     ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
     ("scheduling.volcano.sh", "podgroups"): CRUD,
     ("scheduling.x-k8s.io", "podgroups"): CRUD,
-    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
+    ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
 }
 
 
@@ -530,8 +528,6 @@ def test_no_wildcards_no_exec_no_endpoints():
 def test_operator_cluster_role_is_exactly_what_the_operator_uses():
     role = _one(_objects(DEPLOY), "ClusterRole", "mpi-operator")
     assert _grants(role["rules"]) == OPERATOR_GRANTS
-    (crd_rule,) = [r for r in role["rules"] if "customresourcedefinitions" in r["resources"]]
-    assert "mpijobs.kubeflow.org" in crd_rule["resourceNames"]
 
 
 def test_operator_may_touch_every_resource_the_controller_knows():

@@ -63,6 +63,9 @@ PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclas
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
 
+# For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
+CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
+
 KNOWN = (
     MPIJOB,
     POD,

@@ -22,7 +22,7 @@ from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
 from reconcile.discovery import static_client
 from reconcile.engine import managedfields
 from reconcile.engine.differ import plan
-from reconcile.engine.executor import ExecResult, execute
+from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
 from reconcile.fence import NotLeader
@@ -334,6 +334,7 @@ class Controller:
             self.field_manager,
             owner_description="MPIJob",
             create_rules=CREATE_RULES,
+            on_done=self._read_back,
         )
         self._after_execute(obj, job, the_plan, result)
         if self._remember_create_failure(key, job, result, refused):
@@ -524,15 +525,19 @@ class Controller:
         self.children[JOB].observe(updated)
         return [updated if o is target else o for o in live]
 
+    def _read_back(self, outcome: Outcome) -> None:
+        """A write's answer into the caches at once (the next sync must not plan it again), not held in
+        the result until the end of a sync of thousands of objects."""
+        if outcome.object is None or outcome.result == "deleted":
+            return
+        written = dict(outcome.object)
+        inf = self._informer_for(written)
+        if inf is not None:
+            inf.observe(written)
+
     def _after_execute(self, obj: dict[str, Any], job: Any, the_plan: Plan, result: ExecResult) -> None:
-        # Read our writes back into the caches, so the next sync does not plan them again.
-        for outcome in result.done:
-            if outcome.object is None or outcome.result == "deleted":
-                continue
-            written = dict(outcome.object)
-            inf = self._informer_for(written)
-            if inf is not None:
-                inf.observe(written)
+        for outcome in result.done:  # answers that did not go through on_done (none, from execute)
+            self._read_back(outcome)
         for conflict in the_plan.conflicts:
             self.recorder.event(
                 obj,

@@ -90,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--namespace",
         default=os.environ.get("KUBEFLOW_NAMESPACE", ""),
-        help="watch only this namespace (default $KUBEFLOW_NAMESPACE); empty means all namespaces",
+        help="watch only these namespaces, comma-separated (default $KUBEFLOW_NAMESPACE); empty means all "
+        "namespaces (a namespace-scoped install needs Roles in these only: deploy/namespaced)",
     )
     p.add_argument("--threadiness", type=go_int, default=2, help="worker threads that sync MPIJobs")
     p.add_argument("--kube-api-qps", type=go_float, default=5, help="client-side API requests per second")

@@ -67,6 +67,8 @@ LEASE = Resource("coordination.k8s.io/v1", "Lease", "leases")
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+
+# For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
 CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 
 KNOWN = (
@@ -81,7 +83,6 @@ KNOWN = (
     PRIORITY_CLASS,
     VOLCANO_PODGROUP,
     SCHED_PLUGINS_PODGROUP,
-    CRD,
 )
 _BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
 _KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}

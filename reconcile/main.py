@@ -31,6 +31,7 @@ from reconcile.health import DEFAULT_PORT, HealthServer
 from reconcile.kube import MPIJOB, ApiError, Kube
 from reconcile.leader import LeaderElector
 from reconcile.metrics import Metrics
+from render.bounds import CLUSTER_DOMAIN_MAX
 
 log = logging.getLogger("mpijob-operator")
 
@@ -131,6 +132,35 @@ def _short(err: BaseException) -> str:
     return str(reason if reason is not None else err)
 
 
+class Controllers:
+    """One Controller per watched namespace (--namespace a,b): each namespace's informers, queue and
+    workers, so Roles in those namespaces are all the operator needs."""
+
+    def __init__(self, controllers: list[Controller]) -> None:
+        self.controllers = controllers
+
+    def start(self) -> bool:
+        return all(c.start() for c in self.controllers)
+
+    def stop(self, timeout: float = 30) -> bool:
+        """Every controller stops taking keys at once; their syncs in flight share ``timeout``."""
+        threads = [threading.Thread(target=c.stop, args=(timeout,), daemon=True) for c in self.controllers]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    def has_synced(self) -> bool:
+        return all(c.has_synced() for c in self.controllers)
+
+
+def namespaces_of(flag: str) -> list[str]:
+    """The --namespace list; [""] (every namespace) when empty."""
+    return [n.strip() for n in flag.split(",") if n.strip()] or [""]
+
+
 def fatal(message: str) -> NoReturn:
     """Exit at once: the state this process relies on (lease, API access) is gone."""
     log.critical(message)
@@ -223,19 +253,29 @@ def run(args: argparse.Namespace) -> int:
     def startup_error(code: str) -> None:
         metrics.transient_errors.labels(source="startup", code=code).inc()
 
-    if not check_crd(kube, args.namespace, on_error=startup_error, stop=stop):
+    namespaces = namespaces_of(args.namespace)
+    if len(args.cluster_domain) > CLUSTER_DOMAIN_MAX:
+        # the worker limit of the CRD assumes at most this many characters in every hostfile line
+        raise StartupError("--cluster-domain is too long", max=CLUSTER_DOMAIN_MAX)
+    if not check_crd(kube, namespaces[0], on_error=startup_error, stop=stop):
         log.info("stopped")
         return 0
 
-    controller = Controller(
-        kube,
-        render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
-        metrics=metrics,
-        recorder=EventRecorder(kube, host=host),
-        namespace=args.namespace,
-        threadiness=args.threadiness,
-        queue_qps=args.controller_queue_rate_limit,
-        queue_burst=args.controller_queue_burst,
+    recorder = EventRecorder(kube, host=host)
+    controller = Controllers(
+        [
+            Controller(
+                kube,
+                render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
+                metrics=metrics,
+                recorder=recorder,
+                namespace=namespace,
+                threadiness=args.threadiness,
+                queue_qps=args.controller_queue_rate_limit,
+                queue_burst=args.controller_queue_burst,
+            )
+            for namespace in namespaces
+        ]
     )
 
     def started() -> None:

@@ -71,3 +71,12 @@ def max_workers(name_len: int) -> int:
 def max_workers_table() -> list[int]:
     """max_workers for name lengths 1..63, index 0 for length 1 (the CRD's rule looks it up)."""
     return [max_workers(n) for n in range(1, DNS_LABEL_MAX + 1)]
+
+
+def worker_limit_message(name_len: int) -> str:
+    """Why a worker count is too large, as render and the CRD's rule both say it."""
+    return (
+        f"must be less than or equal to {max_workers(name_len)} for a job whose name has {name_len} "
+        "characters (each worker pod name must be a DNS label and the hostfile of all workers must fit in "
+        "one ConfigMap of 1 MiB)"
+    )

@@ -14,7 +14,7 @@ from render.bounds import CLUSTER_DOMAIN_MAX
 from render.core import render
 from render.errors import FieldError, ValidationError, one_line
 from render.keys import generate_ssh_key, load_ssh_key
-from render.observed import Observed
+from render.observed import Observed, check_objects
 from render.parse import MAX_DEPTH, load_yaml, quote, too_deep
 from render.status import status
 from render.timeutil import parse_time
@@ -66,8 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         objects: list[dict[str, Any]] = []
         if args.observed:
             with open(args.observed, encoding="utf-8") as f:
-                objects = load_objects(f.read())
+                text = f.read()
+            try:
+                objects = load_objects(text)
+            except (yaml.YAMLError, RecursionError) as exc:
+                raise ValidationError([FieldError("--observed", str(exc).replace("\n", " "))]) from None
             deep = too_deep(objects)
+            if deep is None and (shape := check_objects(objects, "--observed")):
+                raise ValidationError(shape)
             if deep is not None:
                 raise ValidationError(
                     [FieldError(f"--observed{deep}", f"nested deeper than {MAX_DEPTH} levels")]

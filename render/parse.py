@@ -253,7 +253,7 @@ def load_yaml(text: str) -> object:
     try:
         return yaml.load(text, Loader=Loader)
     except yaml.YAMLError as exc:
-        raise ValidationError([FieldError("<yaml>", str(exc))]) from None
+        raise ValidationError([FieldError("<yaml>", str(exc).replace("\n", " "))]) from None
     except RecursionError:
         raise ValidationError([FieldError("<yaml>", f"nested deeper than {MAX_DEPTH} levels")]) from None
 

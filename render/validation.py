@@ -25,11 +25,7 @@ def _unsupported(value: object, allowed: tuple[str, ...]) -> str:
 
 def too_many_workers(replicas: int, name_len: int) -> str:
     """The message for a worker count above bounds.max_workers (the CRD's rule says the same)."""
-    return (
-        f"Invalid value: {replicas}: must be less than or equal to {bounds.max_workers(name_len)} for a job "
-        f"whose name has {name_len} characters (each worker pod name must be a DNS label and the hostfile "
-        "of all workers must fit in one ConfigMap of 1 MiB)"
-    )
+    return f"Invalid value: {replicas}: {bounds.worker_limit_message(name_len)}"
 
 
 def validate(job: MPIJob) -> list[FieldError]:

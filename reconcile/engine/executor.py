@@ -31,7 +31,7 @@ import json
 import logging
 import weakref
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -150,9 +150,12 @@ def execute(
     dry_run: bool = False,
     owner_description: str = "its owner",
     create_rules: CreateRules = CreateRules(),
+    on_done: Callable[[Outcome], None] | None = None,
 ) -> ExecResult:
     """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others, except
-    among creates as ``create_rules`` say."""
+    among creates as ``create_rules`` say. ``on_done`` takes each outcome with the server's answer as it
+    comes (e.g. into the caller's cache); the result then keeps outcomes without it, so a plan of
+    thousands of objects does not hold thousands of answers at once."""
     if not plan.writes and not plan.conflicts:
         return ExecResult()
     try:
@@ -167,7 +170,7 @@ def execute(
             ),
             retry=True,
         )
-    run = _Run(dyn, field_manager, "All" if dry_run else None, create_rules.permanent_codes)
+    run = _Run(dyn, field_manager, "All" if dry_run else None, create_rules.permanent_codes, on_done)
     for delete in plan.deletes:
         run.delete(delete)
     _creates(run, plan, create_rules)
@@ -246,8 +249,10 @@ class _Run:
         field_manager: str,
         dry_run: str | None,
         permanent_codes: frozenset[int] = frozenset(),
+        on_done: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.dyn = dyn
+        self.on_done = on_done
         self.permanent_codes = permanent_codes
         self.skipped: list[ObjectKey] = []
         self.field_manager = field_manager
@@ -277,6 +282,12 @@ class _Run:
             return None, exc
         self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
         return (answer.to_dict() if hasattr(answer, "to_dict") else answer), None
+
+    def _finish(self, outcome: Outcome) -> None:
+        if self.on_done is not None and outcome.object is not None:
+            self.on_done(outcome)
+            outcome = Outcome(outcome.key, outcome.result)
+        self.done.append(outcome)
 
     def _fail(
         self,
@@ -323,7 +334,7 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "created", answer))
+            self._finish(Outcome(entry.key, "created", answer))
             self.events.append(EventData(NORMAL, "SuccessfulCreate", f"Created {entry.key}", str(entry.key)))
         elif _status(exc) == 409 and _reason(exc) == "AlreadyExists":
             # Our cache missed it (or someone else took the name): plan again from fresh data.
@@ -353,7 +364,7 @@ class _Run:
                 self._removal_failed(entry, exc)
                 return
             if entry.body is None:
-                self.done.append(Outcome(entry.key, "configured", answer))
+                self._finish(Outcome(entry.key, "configured", answer))
                 return
         answer, exc = self._call(
             "apply",
@@ -368,7 +379,7 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "configured", answer))
+            self._finish(Outcome(entry.key, "configured", answer))
         elif _status(exc) == 404:
             self.replan = True  # gone since we looked: the next plan creates it
         else:
@@ -406,10 +417,10 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "deleted", answer))
+            self._finish(Outcome(entry.key, "deleted", answer))
             self.events.append(EventData(NORMAL, "SuccessfulDelete", f"Deleted {entry.key}", str(entry.key)))
         elif _status(exc) == 404:
-            self.done.append(Outcome(entry.key, "gone"))
+            self._finish(Outcome(entry.key, "gone"))
         else:
             # 409 here is a failed UID precondition: a successor took the name; retry re-plans it.
             self._error(entry.key, "delete", exc)

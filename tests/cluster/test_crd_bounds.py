@@ -14,7 +14,9 @@ import pytest
 from kubernetes import client
 
 from render import ValidationError, bounds, parse_mpijob
-from tests.cluster.test_crd import GROUP, PLURAL, VERSION, minimal_job
+from tests.cluster.test_crd import GROUP, PLURAL, VERSION, crd_install, minimal_job, mpijobs
+
+__all__ = ["crd_install", "mpijobs"]  # fixtures shared with test_crd
 
 pytestmark = pytest.mark.l1
 
@@ -80,7 +82,7 @@ def test_worker_bound_agrees_for_name_lengths(mpijobs, namespace, length):
         assert admitted == (workers == limit), (length, workers, message)
         if not admitted and length + len("-worker-") + len(str(workers - 1)) <= 63:
             assert f"must be less than or equal to {limit} for a job whose name has {length}" in message
-            assert "spec.mpiReplicaSpecs.Worker.replicas" in message
+            assert "spec.mpiReplicaSpecs[Worker].replicas: Invalid value" in message
 
 
 def test_the_issues_bombs_are_rejected_at_admission(mpijobs, namespace):

@@ -282,3 +282,13 @@ def test_a_failed_status_write_still_counts_and_tells():
 
 def test_wakeups_are_capped():
     assert controller_mod.MAX_WAKEUP_SECONDS <= 24 * 3600
+
+
+def test_answers_go_to_on_done_and_are_not_kept_in_the_result():
+    fake = _dyn({})
+    seen = []
+    result = execute(_plan(), fake, FIELD_MANAGER, on_done=seen.append)  # type: ignore[arg-type]
+    assert [o.key for o in seen] == [SVC, *WORKERS, LAUNCHER]
+    assert all(o.object is not None for o in seen)
+    assert [o.key for o in result.done] == [SVC, *WORKERS, LAUNCHER]
+    assert all(o.object is None for o in result.done)

@@ -217,3 +217,17 @@ def main_with_observed(tmp_path, observed_text):
     j = job()
     (tmp_path / "job.yaml").write_text(json.dumps(j))
     return run_cli([str(tmp_path / "job.yaml"), "--observed", str(tmp_path / "obs.yaml")])
+
+
+def test_malformed_observed_objects_are_validation_errors_in_the_cli(tmp_path):
+    # found by the fuzz test: the CLI took `metadata: true` in --observed to an AttributeError
+    code, _, err = main_with_observed(
+        tmp_path, '[{"kind": "ConfigMap", "metadata": true}, {"kind": "Pod", "status": {"conditions": [1]}}]'
+    )
+    assert code == 2
+    assert err.splitlines() == [
+        "--observed[0].metadata: Invalid value: must be an object",
+        "--observed[1].status.conditions[0]: Invalid value: must be an object",
+    ]
+    code, _, err = main_with_observed(tmp_path, "a: [")
+    assert code == 2 and err.startswith("--observed: ")

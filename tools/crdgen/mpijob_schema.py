@@ -322,7 +322,6 @@ def name_rules() -> list[Schema]:
     # For a name of length L in (room - max_digits, room), the index may have room - L digits: at most
     # 10**(room - L) replicas.
     limits = ", ".join(str(10 ** (room - length)) for length in range(room - max_digits + 1, room))
-    table = ", ".join(str(n) for n in bounds.max_workers_table())
     return [
         rule(
             f'!has({name}) || {name}.matches("^[a-z][-a-z0-9]*$")',
@@ -339,18 +338,17 @@ def name_rules() -> list[Schema]:
             fieldPath=".metadata.name",
             reason="FieldValueInvalid",
         ),
-        # bounds.max_workers: worker names within a DNS label and the hostfile within a ConfigMap.
-        rule(
-            f"{guard} || {replicas} <= [{table}][size({name}) - 1]",
-            "too many workers for the job's name length: the hostfile of all workers must fit in one "
-            f"ConfigMap of 1 MiB ({bounds.max_workers(10)} workers for a name of 10 characters)",
-            messageExpression=(
-                f"'must be less than or equal to ' + string([{table}][size({name}) - 1]) + "
-                f"' for a job whose name has ' + string(size({name})) + ' characters (each worker pod name "
-                "must be a DNS label and the hostfile of all workers must fit in one ConfigMap of 1 MiB)'"
-            ),
-            fieldPath=f".spec.mpiReplicaSpecs.{WORKER}.replicas",
-            reason="FieldValueInvalid",
+        # bounds.max_workers, one rule per name length so the message says this job's limit (CEL's
+        # string(int) in a messageExpression is beyond the API server's cost budget).
+        *(
+            rule(
+                f"{guard} || size({name}) != {length} || {replicas} <= {limit}",
+                bounds.worker_limit_message(length),
+                fieldPath=f".spec.mpiReplicaSpecs.{WORKER}.replicas",
+                reason="FieldValueInvalid",
+            )
+            for length, limit in enumerate(bounds.max_workers_table(), start=1)
+            if length + len("-launcher") <= DNS_LABEL_MAX  # longer names fail the rule above
         ),
     ]
 

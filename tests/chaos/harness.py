@@ -225,24 +225,47 @@ class StatusRecorder:
                 self._stop.wait(0.5)
 
     def regressions(self) -> list[str]:
+        """Succeeded/Failed never revert, completionTime never changes once set, Created never goes back
+        to absent or False -- except False with reason FailedCreate while a create is retried (issue 12's
+        deliberate signal), which must end True again (see ``flaps``)."""
         out = []
         for name, statuses in self.history.items():
             seen: set[str] = set()
             completion = None
             for st in statuses:
-                true = {c["type"] for c in st.get("conditions") or [] if c.get("status") == "True"}
+                conds = {c["type"]: c for c in st.get("conditions") or []}
+                true = {t for t, c in conds.items() if c.get("status") == "True"}
                 for sticky in ("Created", "Succeeded", "Failed"):
-                    if (
-                        sticky in seen
-                        and sticky not in true
-                        and not (sticky == "Created" and "Failed" in true)
-                    ):
-                        out.append(f"{name}: {sticky} went from True to not True")
+                    if sticky not in seen or sticky in true:
+                        continue
+                    if sticky == "Created" and ("Failed" in true or _failed_create(conds)):
+                        continue
+                    out.append(f"{name}: {sticky} went from True to not True")
                 seen |= true & {"Created", "Succeeded", "Failed"}
                 if completion and st.get("completionTime") != completion:
                     out.append(f"{name}: completionTime changed {completion} -> {st.get('completionTime')}")
                 completion = completion or st.get("completionTime")
+            last = {c["type"]: c for c in (statuses[-1].get("conditions") or [])} if statuses else {}
+            if _failed_create(last):
+                out.append(f"{name}: still Created=False FailedCreate at the end")
         return out
+
+    def flaps(self) -> int:
+        """Status versions with Created=False/FailedCreate after Created was True (transient creates)."""
+        n = 0
+        for statuses in self.history.values():
+            created = False
+            for st in statuses:
+                conds = {c["type"]: c for c in st.get("conditions") or []}
+                if created and _failed_create(conds):
+                    n += 1
+                created = created or (conds.get("Created") or {}).get("status") == "True"
+        return n
+
+
+def _failed_create(conds: dict[str, dict[str, Any]]) -> bool:
+    c = conds.get("Created") or {}
+    return c.get("status") == "False" and c.get("reason") == "FailedCreate"
 
 
 def submit(kube: Kube, namespace: str, names: list[str], workers: int = 2) -> dict[str, str]:
@@ -385,6 +408,7 @@ def check(
     timeline = lease_timeline(cc.audit(0))
     report = Report(scenario, len(uids), stuck=sorted(stuck), operator_writes=len(writes))
     report.status_regressions = recorder.regressions()
+    report.extra["created_false_failedcreate_versions"] = recorder.flaps()
 
     # no write by a non-leader: the Lease's holder when the API server received the write
     for e in writes:

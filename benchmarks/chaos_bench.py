@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chaos import scenarios  # noqa: E402
-from tests.chaos.harness import ChaosCluster  # noqa: E402
+from tests.chaos import scenarios
+from tests.chaos.harness import ChaosCluster
 
 FULL = {
     "kill9": lambda cc, seed: scenarios.kill9(cc, jobs=40, kills=10, seed=seed),

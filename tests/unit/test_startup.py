@@ -2,7 +2,7 @@
 heals by itself (the API server unreachable or still starting: 403, 5xx) is retried, not fatal (issue 11).
 
 The operator process runs against nothing (connection refused) or a tiny fake API server on loopback that
-answers the start-up check; the Deployment's restart back-off is the retry (README, Operating it).
+answers the start-up check; for what does not heal, the Deployment's restart back-off is the retry.
 """
 
 from __future__ import annotations

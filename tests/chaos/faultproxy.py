@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import ssl
 import threading
@@ -20,6 +21,9 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
+# A reset is an exception out of the handler on purpose; aiohttp would log each with its traceback.
+logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
 FAULTS = ("500", "429", "409", "reset", "reset-after", "delay")

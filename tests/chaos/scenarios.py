@@ -109,8 +109,15 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
     ns = cc.namespace(f"chaos-term-{seed}")
     since = time.time()
     recorder = StatusRecorder(cc.admin, ns).start()
-    a = cc.operator("term-a")
-    b = cc.operator("term-b")
+    # The default Lease timings (15 s / 5 s / 3 s): the standby polls only every 3 s, so a quick hand-over
+    # shows that it watches the Lease and takes it as soon as it is released.
+    default_timings = (
+        "--leader-elect-lease-duration=15",
+        "--leader-elect-renew-deadline=5",
+        "--leader-elect-retry-period=3",
+    )
+    a = cc.operator("term-a", *default_timings)
+    b = cc.operator("term-b", *default_timings)
     with running(a, b):
         a.start(timeout=120)  # a leads (b has not started yet)
         b.start(wait=False)

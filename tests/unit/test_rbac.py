@@ -81,15 +81,19 @@ def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
 
 def used() -> dict[tuple[str, str], set[str]]:
     calls, variable = direct_calls()
-    # Controller._read gets a child holding a wanted name; informer.py lists and watches its resource.
+    # Controller._read gets a child holding a wanted name; informer.py lists and watches its resource;
+    # leader.py watches the Lease.
     assert sorted(set(variable)) == [
         "controller.py:_read:get",
         "informer.py:_list:list",
         "informer.py:_watch:stream_lines",
+        "leader.py:_watch:stream_lines",
     ], variable
     out: dict[tuple[str, str], set[str]] = {}
     for verb, key in calls:
         out.setdefault(key, set()).add(verb)
+    # leader.py: a standby watches the Lease (by name) to take it as soon as it is released
+    out.setdefault(_key(kube.LEASE), set()).add("watch")
     for c in _controllers():
         for inf in c.informers:
             out.setdefault(_key(inf.resource), set()).update({"list", "watch"})

@@ -90,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--namespace",
         default=os.environ.get("KUBEFLOW_NAMESPACE", ""),
-        help="watch only this namespace (default $KUBEFLOW_NAMESPACE); empty means all namespaces",
+        help="watch only these namespaces, comma-separated (default $KUBEFLOW_NAMESPACE); empty means all "
+        "namespaces (a namespace-scoped install needs Roles in these only: deploy/namespaced)",
     )
     p.add_argument("--threadiness", type=go_int, default=2, help="worker threads that sync MPIJobs")
     p.add_argument("--kube-api-qps", type=go_float, default=5, help="client-side API requests per second")
@@ -106,6 +107,22 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster-domain", default="", help="appended to the FQDNs in the hostfile")
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
+    # client-go's leader-election flag names (kube-controller-manager's), with its defaults for operators
+    p.add_argument(
+        "--leader-elect-lease-duration",
+        type=go_int,
+        default=15,
+        help="seconds a standby waits on an unrenewed Lease before taking it",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=5.0,
+        help="seconds the leader may fail to renew before it stops writing (until it renews again)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period", type=float, default=3.0, help="seconds between Lease attempts"
+    )
     p.add_argument(
         "--monitoring-port",
         type=go_int,
@@ -232,6 +249,16 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "--controller-queue-rate-limit must be > 0 and --controller-queue-burst >= 1",
         ),
         (lambda a: 0 <= a.monitoring_port <= 65535, "--monitoring-port must be within 0-65535"),
+        (
+            lambda a: (
+                a.leader_elect_lease_duration
+                > a.leader_elect_renew_deadline
+                > 1.2 * a.leader_elect_retry_period
+                > 0
+            ),
+            "need --leader-elect-lease-duration > --leader-elect-renew-deadline > "
+            "1.2 * --leader-elect-retry-period > 0",
+        ),
     ]
     for ok, message in checks:
         if not ok(args):

@@ -53,10 +53,22 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
+        self.sync_errors = Counter(
+            "mpi_operator_sync_errors",
+            "Syncs of one MPIJob that ended in an error (and were retried), by reason",
+            ["reason"],
+            registry=r,
+        )
         self.api_requests = Counter(
             "mpi_operator_api_requests",
             "Requests to the Kubernetes API by verb, kind and HTTP status code",
             ["verb", "kind", "code"],
+            registry=r,
+        )
+        self.transient_errors = Counter(
+            "mpi_operator_transient_errors",
+            "Failed list/watch and start-up requests, retried with back-off, by source and HTTP code",
+            ["source", "code"],
             registry=r,
         )
         self._job_info_keys: dict[str, tuple[str, str]] = {}

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
+from render import childfields, names
 from render import conditions as cond
-from render import names
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
 from render.jsonutil import clone
 from render.observed import JobView, Observed, condition, condition_true, phase, view
-from render.parse import parse_mpijob
-from render.timeutil import format_time, parse_time
+from render.parse import parse_mpijob, too_deep
+from render.timeutil import add_seconds, format_time, parse_time
 
 MAX_MESSAGE = 1024
 
@@ -28,6 +27,7 @@ REASON_EVICTED = "MPIJobEvicted"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_VALIDATION = "ValidationError"
 REASON_EXISTS = "ErrResourceExists"
+REASON_FAILED_CREATE = "FailedCreate"
 
 
 def truncate(message: str) -> str:
@@ -54,6 +54,8 @@ def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     if not isinstance(mpijob, MPIJob) and not isinstance(mpijob, Mapping):
         parse_mpijob(mpijob)  # raises ValidationError
     old = mpijob.status if isinstance(mpijob, MPIJob) else raw.get("status")
+    if not isinstance(mpijob, MPIJob) and too_deep(old) is not None:
+        old = None  # not a status this operator wrote; parse_mpijob below reports where
     st: dict[str, Any] = clone(old) if isinstance(old, Mapping) else {}
     spec = raw.get("spec") if isinstance(raw, Mapping) else None
     run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
@@ -110,6 +112,11 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
             REASON_EXISTS,
             f'Resource "{name}" of Kind "{kind}" already exists and is not managed by MPIJob',
         )
+    elif observed.create_failure is not None and not observed.create_failure.permanent:
+        # transient (quota, conflicts, server errors): retried with back-off, shown until it clears
+        failure = observed.create_failure
+        message = f"{failure.kind} {failure.name} could not be created ({failure.code}): {failure.message}"
+        setc(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
     elif not cond.is_true(conds, cond.CREATED):
         setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
     st["replicaStatuses"] = replica_statuses(job, v)
@@ -131,7 +138,18 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st.setdefault("startTime", now)
 
     launcher = v.launcher
-    if launcher is not None and condition_true(launcher, "Complete"):
+    refused = observed.create_failure
+    if refused is not None and refused.permanent and not job.suspended:
+        # Invalid from the API server: no retry heals it, and nothing is created after it
+        lines = childfields.describe(job.name, job.namespace, refused)
+        setc(
+            cond.FAILED,
+            cond.TRUE,
+            REASON_VALIDATION,
+            truncate("Found validation errors: " + "; ".join(lines)),
+        )
+        st.setdefault("completionTime", now)
+    elif launcher is not None and condition_true(launcher, "Complete"):
         setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
         completion = parse_time((launcher.get("status") or {}).get("completionTime"))
         st["completionTime"] = format_time(completion) if completion else now
@@ -214,7 +232,7 @@ def deadline(job: MPIJob, st: Mapping[str, Any]) -> Any:
     start = parse_time(st.get("startTime"))
     if ads is None or start is None:
         return None
-    return start + timedelta(seconds=ads)
+    return add_seconds(start, ads)
 
 
 def _pod_reason(pod: Mapping[str, Any]) -> str:

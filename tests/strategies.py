@@ -610,3 +610,138 @@ def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any
     out = walk(drop_zero_values(live), ())
     out["status"] = {"phase": "Running"}
     return out
+
+
+# ------------------------------------------------------------------------------- hostile input (fuzz)
+def _deep(depth: int, leaf: Any) -> Any:
+    out = leaf
+    for i in range(depth):
+        out = {"a": out} if i % 2 else [out]
+    return out
+
+
+# Values no field wants: wrong types, numbers beyond every bound, non-finite floats, forged lines,
+# nesting beyond any schema.
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([2**31 - 1, 2**31, 2**63, -(2**63) - 1, 300000000000, 9223372036, 9223372037]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        ["a\nb: c", "\u2028", "\x00", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-05:00", "1e400"]
+    ),
+    st.sampled_from(["NaN", "Infinity", "-1", "70000", "A=B", "1Ei", "0.5m"]),
+    st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=3),
+    st.dictionaries(
+        st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=4), st.none()), max_size=3
+    ),
+    st.integers(60, 600).map(lambda d: _deep(d, 1)),
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON-like tree (dict keys and list indexes), the root's children first."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out.append((*prefix, i))
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, obj: Any, max_mutations: int = 3) -> Any:
+    """`obj` with up to `max_mutations` changes at any level: a value replaced by junk, a key removed, or
+    a key added (known field names too, so unknown and known fields both get junk)."""
+    import copy
+
+    obj = copy.deepcopy(obj)
+    for _ in range(draw(st.integers(1, max_mutations))):
+        paths = _paths(obj)
+        if not paths:
+            return draw(junk)
+        path = draw(st.sampled_from(paths))
+        parent = obj
+        for step in path[:-1]:
+            parent = parent[step]
+        op = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if op == "replace":
+            parent[path[-1]] = draw(junk)
+        elif op == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif op == "add" and isinstance(parent[path[-1]], dict):
+            key = draw(st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=8)))
+            parent[path[-1]][key] = draw(junk)
+    return obj
+
+
+FIELD_NAMES = [
+    "replicas", "slotsPerWorker", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "backoffLimit",
+    "minAvailable", "scheduleTimeoutSeconds", "minResources", "resources", "limits", "requests", "cpu",
+    "containers", "initContainers", "volumes", "volumeMounts", "env", "ports", "labels", "annotations",
+    "name", "namespace", "uid", "metadata", "spec", "status", "conditions", "startTime", "completionTime",
+    "template", "Launcher", "Worker", "runPolicy", "schedulingPolicy", "dnsConfig", "searches", "suspend",
+]  # fmt: skip
+
+
+@st.composite
+def hostile_statuses(draw: st.DrawFn) -> dict[str, Any]:
+    """A status as anyone with write access to it could leave it: far-away times, junk conditions."""
+    moment = st.sampled_from(
+        [
+            "2025-06-01T11:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "0001-01-01T00:00:00Z",
+            "bad",
+            "9999-12-31T23:59:59-05:00",
+        ]
+    )
+    st_: dict[str, Any] = {}
+    if draw(st.booleans()):
+        st_["startTime"] = draw(moment)
+    if draw(st.booleans()):
+        st_["completionTime"] = draw(moment)
+    ctypes = st.sampled_from(["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "X"])
+    st_["conditions"] = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"type": ctypes, "status": st.sampled_from(["True", "False", "Unknown"])},
+                optional={"reason": st.text(max_size=5), "lastTransitionTime": moment},
+            ),
+            max_size=4,
+        )
+    )
+    return st_
+
+
+@st.composite
+def fuzz_cases(draw: st.DrawFn) -> tuple[Any, list[Any]]:
+    """(MPIJob, observed objects): valid, valid with a hostile status or large numbers, or mutated at any
+    level (the job, its status, or the observed objects)."""
+    job = draw(mpijobs())
+    observed = draw(observed_objects(job))
+    kind = draw(st.sampled_from(["valid", "status", "bounds", "job", "job", "job", "observed"]))
+    if kind == "status":
+        job["status"] = draw(hostile_statuses())
+        job["spec"].setdefault("runPolicy", {})["activeDeadlineSeconds"] = draw(
+            st.sampled_from([0, 10, 9223372036])
+        )
+        job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = draw(st.sampled_from([0, 100, 2**31 - 1]))
+    elif kind == "bounds":
+        worker = job["spec"]["mpiReplicaSpecs"].get("Worker")
+        if worker is not None:
+            worker["replicas"] = draw(st.sampled_from([100, 2965, 3300, 30000, 2**31 - 1]))
+        job["metadata"]["name"] = draw(st.sampled_from(["abcdefghij", "a" * 45, "a" * 54, "a" * 60]))
+    elif kind == "job":
+        job = draw(mutated(job))
+    elif kind == "observed":
+        observed = draw(mutated(observed)) if observed else draw(junk)
+        if not isinstance(observed, list):
+            observed = [observed]
+    return job, observed

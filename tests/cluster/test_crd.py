@@ -171,7 +171,10 @@ W = "spec.mpiReplicaSpecs.Worker"
 VALID = {
     "launcher only, as a worker": [_set(W, DELETE), _set("spec.runLauncherAsWorker", True)],
     "54-character name, 10 workers": [_set("metadata.name", "a" * 54), _set(f"{W}.replicas", 10)],
-    "45-character name, 2**31-1 workers": [_set("metadata.name", "a" * 45), _set(f"{W}.replicas", 2**31 - 1)],
+    "45-character name, 2124 workers (its limit)": [
+        _set("metadata.name", "a" * 45),
+        _set(f"{W}.replicas", 2124),
+    ],
     "every enum's other values": [
         _set("spec.mpiImplementation", "MPICH"),
         _set("spec.launcherCreationPolicy", "WaitForWorkersReady"),
@@ -466,7 +469,7 @@ OPERATOR_CAN = [
     ("list", "mpijobs", "", "", GROUP),
     ("watch", "mpijobs", "", "", GROUP),
     ("delete", "mpijobs", "team-a", "job", GROUP),
-    ("patch", "mpijobs/status", "team-a", "job", GROUP),
+    ("update", "mpijobs/status", "team-a", "job", GROUP),
     ("update", "mpijobs/finalizers", "team-a", "job", GROUP),
     ("create", "pods", "team-a", "", ""),
     ("delete", "pods", "team-a", "job-worker-0", ""),
@@ -474,13 +477,12 @@ OPERATOR_CAN = [
     ("create", "jobs", "team-a", "", "batch"),
     ("patch", "jobs/status", "team-a", "job-launcher", "batch"),
     ("create", "events", "team-a", "", ""),
-    ("create", "events", "team-a", "", "events.k8s.io"),
     ("create", "podgroups", "team-a", "", "scheduling.volcano.sh"),
     ("watch", "podgroups", "", "", "scheduling.x-k8s.io"),
     ("list", "priorityclasses", "", "", "scheduling.k8s.io"),
-    ("get", "customresourcedefinitions", "", CRD_NAME, "apiextensions.k8s.io"),
     ("create", "leases", OPERATOR_NS, "", "coordination.k8s.io"),
     ("update", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
+    ("watch", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
 ]
 OPERATOR_CANNOT = [
     ("create", "pods/exec", "team-a", "job-worker-0", ""),
@@ -489,7 +491,10 @@ OPERATOR_CANNOT = [
     ("update", "pods", "team-a", "job-worker-0", ""),
     ("get", "endpoints", "team-a", "", ""),
     ("list", "nodes", "", "", ""),
-    ("get", "customresourcedefinitions", "", "other.example.com", "apiextensions.k8s.io"),
+    ("get", "customresourcedefinitions", "", CRD_NAME, "apiextensions.k8s.io"),
+    ("create", "events", "team-a", "", "events.k8s.io"),
+    ("update", "jobs/status", "team-a", "job-launcher", "batch"),
+    ("patch", "mpijobs/status", "team-a", "job", GROUP),
     ("list", "customresourcedefinitions", "", "", "apiextensions.k8s.io"),
     ("get", "leases", "team-a", "mpi-operator", "coordination.k8s.io"),
     ("update", "leases", OPERATOR_NS, "someone-else", "coordination.k8s.io"),

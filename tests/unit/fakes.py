@@ -65,3 +65,13 @@ class FakeKube:
             raise ApiError(404, "Not Found", "{}")
         self.objects[key].update(body)
         return self._bump(self.objects[key])
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (``clock.t += 5``)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t

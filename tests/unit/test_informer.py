@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from reconcile.informer import Informer, Store, controller_uid_index, key_of
 from reconcile.kube import POD, ApiError
 
@@ -109,16 +111,24 @@ def test_informer_resumes_from_bookmark_after_error():
     assert [q["resourceVersion"] for q in kube.watch_queries[:3]] == ["10", "42", "42"]
 
 
-def test_informer_calls_on_fatal_on_403():
-    fatal = []
-    kube = ListWatchKube(pages=[], streams=[])
+@pytest.mark.parametrize("status", [401, 403, 429, 500, 503, None])
+def test_informer_retries_transient_list_errors_and_counts_them(status):
+    """A restarting kube-apiserver answers 403 until its RBAC cache syncs: retried, never fatal."""
+    errors = []
+    kube = ListWatchKube(pages=[{"metadata": {"resourceVersion": "10"}, "items": [pod("a", 5)]}], streams=[])
+    real_list, calls = kube.list, []
 
-    def forbidden(*a, **k):
-        raise ApiError(403, "Forbidden", "{}")
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) <= 3:
+            raise ApiError(status, "Err", "{}") if status else ConnectionResetError("reset")
+        return real_list(*a, **k)
 
-    kube.list = forbidden
-    run_informer(kube, lambda inf, ev: bool(fatal), on_fatal=fatal.append)
-    assert fatal and "403" in fatal[0]
+    kube.list = flaky
+    inf, events = run_informer(kube, lambda inf, ev: inf.has_synced(), on_error=lambda *a: errors.append(a))
+    assert inf.has_synced()
+    assert events[0] == ("ADDED", "ns/a")
+    assert errors == [("pods.core", str(status) if status else "error")] * 3
 
 
 def test_observe_keeps_newer_cached_object():

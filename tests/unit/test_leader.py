@@ -9,15 +9,7 @@ import pytest
 
 from reconcile.kube import ApiError
 from reconcile.leader import LeaderElector
-from tests.unit.fakes import FakeKube
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.unit.fakes import Clock, FakeKube
 
 
 def elector(kube, identity, clock):
@@ -77,7 +69,7 @@ def test_release_lets_a_standby_take_over_at_once():
     assert b.try_acquire_or_renew()
 
 
-def test_run_leads_then_exits_via_on_stopped_when_renewal_fails():
+def test_run_exits_via_on_stopped_only_when_another_holds_the_lease():
     kube = FakeKube()
     started, stopped, changes = threading.Event(), threading.Event(), []
     le = LeaderElector(
@@ -90,24 +82,45 @@ def test_run_leads_then_exits_via_on_stopped_when_renewal_fails():
         on_started=started.set,
         on_stopped=stopped.set,
         on_change=changes.append,
+        watch_lease=False,
     )
     stop = threading.Event()
     t = threading.Thread(target=le.run, args=(stop,))
     t.start()
     assert started.wait(2)
-    assert le.is_leader
+    assert le.is_leader and le.fence.is_open()
+    # An unreachable API server: the fence lapses, but leadership is not given up (no exit).
     kube.fail["get"] = ApiError(500, "boom", "{}")
+    assert not stopped.wait(1.5)
+    assert le.is_leader and not le.fence.is_open()
+    # The API server is back and nobody took the lease: renewed, writes resume.
+    del kube.fail["get"]
+    for _ in range(100):
+        if le.fence.is_open():
+            break
+        threading.Event().wait(0.02)
+    assert le.fence.is_open()
+    # Someone else holds it now: lost.
+    kube.objects[("leases", "ns", "mpi-operator")]["spec"]["holderIdentity"] = "b"
+    kube.objects[("leases", "ns", "mpi-operator")]["spec"]["renewTime"] = "2099-01-01T00:00:00.000000Z"
+    kube.fail["update"] = ApiError(409, "Conflict", "{}")
     assert stopped.wait(3)
     t.join(2)
     assert changes == [True, False]
+    assert not le.fence.is_open()
 
 
 def test_run_stops_workers_before_releasing_on_shutdown():
     kube = FakeKube()
     order = []
-    le = LeaderElector(kube, "ns", "a", lease_duration=1.0, renew_deadline=0.5, retry_period=0.1)
+    le = LeaderElector(
+        kube, "ns", "a", lease_duration=1.0, renew_deadline=0.5, retry_period=0.1, watch_lease=False
+    )
     stop = threading.Event()
-    t = threading.Thread(target=le.run, args=(stop, lambda: order.append(("stop-workers", le.is_leader))))
+    t = threading.Thread(
+        target=le.run,
+        args=(stop, lambda timeout: order.append(("stop-workers", le.is_leader, le.fence.is_open()))),
+    )
     t.start()
     for _ in range(100):
         if le.is_leader:
@@ -115,8 +128,9 @@ def test_run_stops_workers_before_releasing_on_shutdown():
         threading.Event().wait(0.02)
     stop.set()
     t.join(3)
-    assert order == [("stop-workers", True)]
+    assert order == [("stop-workers", True, True)]
     assert kube.objects[("leases", "ns", "mpi-operator")]["spec"]["holderIdentity"] == ""
+    assert not le.fence.is_open()
 
 
 def test_health_fails_when_leader_stops_renewing():

@@ -46,7 +46,6 @@ from reconcile.syncstate import (
     condition_true,
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
-    merge_launcher_template_metadata,
     status_changed,
 )
 from render import conditions as rcond
@@ -128,6 +127,7 @@ class Controller:
         self._sync_failures: dict[str, int] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
+        self._synced: dict[str, str] = {}  # key -> resourceVersion the last finished sync read
 
     # -- informers and handlers ----------------------------------------------------------------------
     @property
@@ -217,6 +217,7 @@ class Controller:
     def process(self, key: str) -> None:
         start = time.monotonic()
         result = "success"
+        seen = self.mpijobs.store.get(key)
         try:
             self.sync(key)
             self.queue.forget(key)
@@ -233,6 +234,15 @@ class Controller:
                 self.queue.add_rate_limited(key)
         finally:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
+            if seen is None:
+                self._synced.pop(key, None)
+            else:
+                self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
+
+    def synced_version(self, key: str) -> str | None:
+        """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on: proof for tests
+        that the operator has processed a given event (served at /debug/synced?key=ns/name)."""
+        return self._synced.get(key)
 
     # -- failed syncs, shown on the job --------------------------------------------------------------
     def _report_sync_error(self, key: str, err: Exception) -> None:
@@ -312,7 +322,6 @@ class Controller:
 
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
-        merge_launcher_template_metadata(desired, live)
         live = self._clear_launcher_start_time(desired, live)
         the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if the_plan:

@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         healthy=elector.healthy,
         ready=ready,
         metrics=metrics.exposition if args.monitoring_port else None,
+        synced=controller.synced_version if args.monitoring_port else None,
     )
     health.start()
 

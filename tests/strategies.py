@@ -1,14 +1,18 @@
-"""Hypothesis strategies shared by the test suites: valid MPIJobs and observed cluster states."""
+"""Every hypothesis strategy of the test suites: valid MPIJobs and observed cluster states, render's
+scenarios and junk, generic objects for the differ, live objects with managedFields for apply bodies."""
 
 from __future__ import annotations
 
 import base64
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
-from render import Config, SSHKey
+from reconcile.engine.semantics import is_zero
+from render import Config, Observed, SSHKey
+from render import status as render_status
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 JOB_UID = "0d1f7c3a-1111-4222-8333-444455556666"
@@ -410,3 +414,334 @@ def fuzz_cases(draw: st.DrawFn) -> tuple[Any, list[Any]]:
         if not isinstance(observed, list):
             observed = [observed]
     return job, observed
+
+
+# -- the engine's apply bodies: a live object, what our manager applied to it before, a desired one ----
+
+OWNER_UID = "1c2d3e4f-0000-4000-8000-00000000beef"
+APPLY_MANAGER = "test-controller"
+# (dotted path, how Kubernetes merges it): "map" keys owned one by one, "atomic" owned whole,
+# "gates"/"containers" list-maps keyed by name.
+APPLY_FIELDS: dict[str, str] = {
+    "metadata.labels": "map",
+    "metadata.annotations": "map",
+    "spec.suspend": "atomic",
+    "spec.template.metadata.labels": "map",
+    "spec.template.metadata.annotations": "map",
+    "spec.template.spec.nodeSelector": "atomic",
+    "spec.template.spec.tolerations": "atomic",
+    "spec.template.spec.schedulingGates": "gates",
+    "spec.template.spec.containers": "containers",
+}
+TEMPLATE_DIRECTIVES = tuple(
+    p for p in APPLY_FIELDS if p.startswith("spec.template.") and "containers" not in p
+)
+_KEYS = ("a", "b", "c", "controller-uid", "job-name")
+_GATES = ("g1", "g2", "g3")
+_VALUES = st.sampled_from(["x", "y", "zone-1", "zone-2"])
+
+
+def _value(draw: st.DrawFn, how: str, path: str) -> Any:
+    """A non-empty value (the server stores no empty map or list: absent stands for those)."""
+    if path == "spec.suspend":
+        return draw(st.booleans())
+    if how == "map" or path.endswith("nodeSelector"):
+        return draw(st.dictionaries(st.sampled_from(_KEYS), _VALUES, min_size=1, max_size=4))
+    if path.endswith("tolerations"):
+        item = st.fixed_dictionaries(
+            {"key": st.sampled_from(["k1", "k2"]), "operator": st.just("Exists"), "effect": _VALUES}
+        )
+        return draw(st.lists(item, min_size=1, max_size=2))
+    if how == "gates":
+        return [{"name": g} for g in sorted(draw(st.sets(st.sampled_from(_GATES), min_size=1)))]
+    return [{"name": "main", "image": draw(st.sampled_from(["img:1", "img:2"]))}]
+
+
+def _object(draw: st.DrawFn, api_version: str, kind: str) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": "thing",
+            "namespace": "ns",
+            "ownerReferences": [
+                {
+                    "apiVersion": "example.com/v1",
+                    "kind": "Owner",
+                    "name": "o",
+                    "uid": OWNER_UID,
+                    "controller": True,
+                }
+            ],
+        },
+    }
+    for path, how in APPLY_FIELDS.items():
+        if path == "spec.suspend" or draw(st.integers(0, 3)) > 0:
+            _set(obj, path, _value(draw, how, path))
+    return obj
+
+
+def _set(obj: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        obj = obj.setdefault(part, {})
+    obj[last] = value
+
+
+def _selection(draw: st.DrawFn, how: str) -> Any:
+    """Which parts of one field a manager owns: a set of map keys / item names, or whole (bool)."""
+    if how == "map":
+        return draw(st.sets(st.sampled_from(_KEYS)))
+    if how == "gates":
+        return draw(st.sets(st.sampled_from(_GATES)))
+    if how == "containers":
+        return draw(st.sets(st.just("main")))
+    return draw(st.booleans())
+
+
+def fields_v1(selection: dict[str, Any]) -> dict[str, Any]:
+    """The fieldsV1 tree of a selection (``APPLY_FIELDS`` path -> owned keys / names / whole)."""
+    tree: dict[str, Any] = {}
+    for path, owned in selection.items():
+        how = APPLY_FIELDS[path]
+        if how == "map":
+            leaf: dict[str, Any] | None = {".": {}, **{f"f:{k}": {} for k in owned}} if owned else None
+        elif how in ("gates", "containers"):
+            item = {".": {}, "f:name": {}, **({"f:image": {}} if how == "containers" else {})}
+            leaf = {".": {}, **{f'k:{{"name":"{n}"}}': dict(item) for n in owned}} if owned else None
+        else:
+            leaf = {} if owned else None
+        if leaf is None:
+            continue
+        node = tree
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(f"f:{part}", {})
+        node[f"f:{last}"] = leaf
+    return tree
+
+
+@st.composite
+def apply_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """A live object (suspended or not, started or not) with managedFields: what our manager applied
+    before (``applied``: path -> owned keys), what its create set, what another manager owns; and a
+    desired object. ``policy``: the real Job rule, or a random split of the template directives into
+    always-mutable and mutable-while-suspended."""
+    from reconcile.engine.policy import JOB_POLICY, METADATA_PATHS, KindPolicy, MutableWhen, PathIs
+
+    if draw(st.booleans()):
+        api_version, kind, kind_policy = "batch/v1", "Job", JOB_POLICY
+    else:
+        always = draw(st.sets(st.sampled_from(TEMPLATE_DIRECTIVES)))
+        rule = MutableWhen(
+            when=(PathIs("spec.suspend", True), PathIs("status.startTime", absent=True)),
+            paths=tuple(p for p in TEMPLATE_DIRECTIVES if p not in always),
+            or_desired=draw(st.booleans()),
+        )
+        api_version, kind = "example.com/v1", "Thing"
+        kind_policy = KindPolicy("create-only", (*METADATA_PATHS, "spec.suspend", *sorted(always)), (rule,))
+    live = _object(draw, api_version, kind)
+    live["metadata"].update(uid="live-uid", resourceVersion="42")
+    if draw(st.booleans()):
+        live["status"] = {"startTime": "2025-06-01T11:00:00Z"}
+    applied = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items()}
+    created = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items()}
+    theirs = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items() if draw(st.integers(0, 3)) == 0}
+    live["metadata"]["managedFields"] = [
+        {
+            "manager": APPLY_MANAGER,
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(created),
+        },
+        {
+            "manager": APPLY_MANAGER,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(applied),
+        },
+        {"manager": "kueue", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": fields_v1(theirs)},
+    ]
+    desired = _object(draw, api_version, kind)
+    return {"live": live, "desired": desired, "policy": kind_policy, "applied": applied}
+
+
+# -- render: scenarios, mutations and junk -------------------------------------------------------------
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], Observed, Config]:
+    """A job with an old status (from an earlier observation), the observed world now, and a config."""
+    job = draw(mpijobs())
+    config = draw(configs)
+    earlier = Observed.from_objects(draw(observed_objects(job)), now=NOW, fresh_ssh_key=TEST_KEY)
+    job["status"] = render_status(job, earlier, config)
+    if draw(st.booleans()):  # the user may flip suspend between observations
+        job["spec"].setdefault("runPolicy", {})["suspend"] = draw(st.booleans())
+    observed = Observed.from_objects(
+        draw(observed_objects(job)),
+        now=draw(times()),
+        fresh_ssh_key=draw(st.sampled_from([TEST_KEY, None])),
+    )
+    return job, observed, config
+
+
+MUTATIONS = st.sampled_from(
+    [
+        ("spec", "slotsPerWorker"),
+        ("spec", "runPolicy"),
+        ("spec", "mpiReplicaSpecs"),
+        ("spec", "mpiImplementation"),
+        ("spec", "launcherCreationPolicy"),
+        ("spec", "sshAuthMountPath"),
+        ("spec", "runLauncherAsWorker"),
+        ("spec",),
+        ("metadata", "name"),
+        ("metadata",),
+        ("spec", "mpiReplicaSpecs", "Launcher"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "env"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "command"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "resources"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "dnsConfig"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "volumes"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "metadata"),
+        ("spec", "mpiReplicaSpecs", "Worker", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0, "volumeMounts"),
+        ("spec", "runPolicy", "schedulingPolicy"),
+        ("spec", "runPolicy", "backoffLimit"),
+        ("spec", "runPolicy", "cleanPodPolicy"),
+    ]
+)
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=70),
+    st.lists(
+        st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=3), st.integers())),
+        max_size=3,
+    ),
+    st.dictionaries(
+        st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=3
+    ),
+)
+
+
+# -- the differ on generic objects --------------------------------------------------------------------
+
+GENERIC_OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
+KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
+NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+SCALARS = st.one_of(
+    st.text(max_size=8),
+    st.integers(-5, 10**6),
+    st.booleans(),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+)
+# Equivalent quantity spellings: (rendered, as the server stores it).
+QUANTITIES = st.integers(0, 64_000).flatmap(
+    lambda m: st.sampled_from(
+        [(f"{m}m", f"{m // 1000}" if m % 1000 == 0 else f"{m}m")]
+        + ([(m // 1000, f"{m // 1000}"), (f"{m // 1000}", f"{m // 1000}")] if m % 1000 == 0 else [])
+        + ([(m / 1000, f"{m}m")] if m % 1000 else [])
+    )
+)
+
+TREE = st.recursive(
+    SCALARS | st.lists(st.text(max_size=4), max_size=3),
+    lambda inner: st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def stored_containers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Containers as rendered and as the server would store them (quantities canonicalised)."""
+    names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
+    want, live = [], []
+    for name in names:
+        env_names = draw(st.lists(NAMES, max_size=3, unique=True))
+        env = [{"name": n, "value": draw(st.text(max_size=5))} for n in env_names]
+        cpu, cpu_live = draw(QUANTITIES)
+        ports = draw(st.lists(st.integers(1, 65535), max_size=2, unique=True))
+        want.append(
+            {
+                "name": name,
+                "image": draw(NAMES),
+                "env": env,
+                "ports": [{"containerPort": p} for p in ports],
+                "resources": {"limits": {"cpu": cpu}},
+            }
+        )
+        live.append(
+            {
+                "name": name,
+                "image": want[-1]["image"],
+                "env": copy.deepcopy(env),
+                "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports],
+                "resources": {"limits": {"cpu": cpu_live}},
+            }
+        )
+    return want, live
+
+
+@st.composite
+def rendered_and_stored(draw: st.DrawFn, kind: str = "Thing") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generic owned object and the same object as the API server returns it (before defaulting)."""
+    spec = draw(st.dictionaries(KEYS, TREE, max_size=4))
+    want_containers, live_containers = draw(stored_containers())
+    labels = draw(st.dictionaries(NAMES, NAMES, max_size=3))
+    meta = {
+        "name": draw(NAMES),
+        "namespace": "ns",
+        "labels": labels,
+        "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": "Owner", "name": "o", "uid": GENERIC_OWNER, "controller": True}
+        ],
+    }
+    api_version = "v1" if kind == "Pod" else "example.com/v1"
+    want = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {**spec, "containers": want_containers},
+    }
+    live = copy.deepcopy(want)
+    live["spec"]["containers"] = live_containers
+    live["metadata"].update(uid="live-uid", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z")
+    return want, live
+
+
+def drop_zero_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: drop_zero_values(v) for k, v in value.items() if not is_zero(v)}
+    if isinstance(value, list):
+        return [drop_zero_values(v) for v in value]
+    return value
+
+
+def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """Extra fields in any map, list-map items reordered and added, zero values dropped, status added."""
+
+    def walk(node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v, (*path, k)) for k, v in node.items()}
+            if data.draw(st.booleans(), label=f"extra at {path}"):
+                out["zzDefaulted"] = data.draw(SCALARS | TREE)
+            return out
+        if isinstance(node, list) and path[-1:] in (("containers",), ("env",)):
+            items = [walk(v, path) for v in node]
+            if path[-1] == "env" and data.draw(st.booleans()):
+                items.append({"name": "INJECTED-BY-WEBHOOK", "value": "1"})
+            return data.draw(st.permutations(items), label=f"order of {path}")
+        return node
+
+    out = walk(drop_zero_values(live), ())
+    out["status"] = {"phase": "Running"}
+    return out

@@ -25,6 +25,7 @@ export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { echo "build.sh: $*" >&2; }
+fail() { echo "build.sh: error: $*" >&2; exit 1; }
 
 k8s_src() {
   go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
@@ -43,11 +44,21 @@ if [ -f "$BIN_DIR/$STAMP" ]; then
   exit 0
 fi
 
-command -v go >/dev/null || { log "go not found (need Go >= 1.25 and the Go module proxy)"; exit 1; }
+command -v go >/dev/null || fail "go not found: install Go >= 1.25 (the build fetches modules from the Go module proxy)"
 mkdir -p "$(dirname "$BIN_DIR")"
-# One build at a time per output dir; a second caller waits, then finds the stamp.
-exec 9>"$BIN_DIR.lock"
-flock 9
+# One build at a time per output dir; a second caller waits (naming the holder), then finds the stamp.
+LOCK="$BIN_DIR.lock"
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  holder=$(cat "$LOCK.holder" 2>/dev/null || true)
+  log "another build holds $LOCK (${holder:-holder unknown}); waiting for it"
+  waited=0
+  until flock -w 60 9; do
+    waited=$((waited + 1))
+    log "still waiting for the build lock (${waited} min; ${holder:-holder unknown})"
+  done
+fi
+echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$LOCK.holder"
 if [ -f "$BIN_DIR/$STAMP" ]; then
   echo "$BIN_DIR"
   exit 0
@@ -57,9 +68,34 @@ fi
 STAGE=$(mktemp -d "$(dirname "$BIN_DIR")/.bin.partial.XXXXXX")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpijob-k8s-build.XXXXXX")
 trap 'rm -rf "$WORK" "$STAGE"' EXIT
+BUILD_LOG="$(dirname "$BIN_DIR")/build-$KEY.log"
+: >"$BUILD_LOG"
+TIMINGS="$CACHE_ROOT/timings"
 START=$(date +%s)
 
-build_etcd() {
+# stage NAME TYPICAL_SECONDS FUNCTION: runs FUNCTION with its output in the build log, says how long the
+# stage took last time on this machine (or typically, on 2 cores), and on failure ends with one line.
+stage() {
+  local name=$1 typical=$2 fn=$3 last began rc
+  last=$(awk -v n="$name" '$1 == n { t = $2 } END { print t }' "$TIMINGS" 2>/dev/null || true)
+  if [ -n "$last" ]; then
+    log "building $name (took ${last}s last time on this machine)"
+  else
+    log "building $name (usually about $(((typical + 59) / 60)) min on 2 cores, longer under load)"
+  fi
+  began=$(date +%s)
+  rc=0
+  # In the background, not behind `||`: bash ignores errexit in a function run as the left side of `||`.
+  "$fn" >>"$BUILD_LOG" 2>&1 &
+  wait $! || rc=$?
+  if [ "$rc" != 0 ]; then
+    tail -n 15 "$BUILD_LOG" | sed 's/^/    /' >&2
+    fail "building $name failed (exit $rc); check that the Go module proxy is reachable (go env GOPROXY) and see $BUILD_LOG"
+  fi
+  echo "$name $(($(date +%s) - began))" >>"$TIMINGS"
+}
+
+build_etcd_at() {
   local ver=$1 mod="$WORK/etcd-$1"
   mkdir -p "$mod" && cd "$mod"
   go mod init local/etcdbin >/dev/null 2>&1
@@ -67,42 +103,53 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
 }
 
-log "etcd $ETCD_VERSION"
-if ! build_etcd "$ETCD_VERSION"; then
-  log "etcd $ETCD_VERSION failed, trying $ETCD_VERSION_FALLBACK"
-  build_etcd "$ETCD_VERSION_FALLBACK"
-fi
+build_etcd() {
+  if ! build_etcd_at "$ETCD_VERSION"; then
+    echo "etcd $ETCD_VERSION failed, trying $ETCD_VERSION_FALLBACK"
+    build_etcd_at "$ETCD_VERSION_FALLBACK"
+  fi
+}
 
-log "kwok $KWOK_VERSION"
-GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+build_kwok() {
+  GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
 
-log "kubernetes $K8S_VERSION"
-mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-go mod init local/k8sbins >/dev/null 2>&1
-GOMOD=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-# Same language version and GODEBUG defaults as upstream's own go.mod.
-go mod edit -go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$GOMOD")"
-for gd in $(sed -n 's/^godebug \(.*=.*\)$/\1/p' "$GOMOD"); do go mod edit -godebug="$gd"; done
-# k8s.io/kubernetes requires its staging modules at v0.0.0 with replace lines that consumers ignore;
-# pin each to the matching published v0.<minor>.<patch>.
-STAGING="v0.${K8S_VERSION#v1.}"
-for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
-  go mod edit -replace="$m=$m@$STAGING"
-done
-CMDS="kube-apiserver kube-controller-manager kube-scheduler kubectl"
-go get $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
-MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
-BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-LDF="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  LDF="$LDF -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$MINOR"
-  LDF="$LDF -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
-done
-go build -trimpath -tags=selinux,notest -ldflags "$LDF" -o "$STAGE/" \
-  $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c"; done)
+build_kubernetes() {
+  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+  go mod init local/k8sbins >/dev/null 2>&1
+  local gomod staging cmds minor build_date ldf m gd p c
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  # Same language version and GODEBUG defaults as upstream's own go.mod.
+  go mod edit -go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+  for gd in $(sed -n 's/^godebug \(.*=.*\)$/\1/p' "$gomod"); do go mod edit -godebug="$gd"; done
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 with replace lines that consumers ignore;
+  # pin each to the matching published v0.<minor>.<patch>.
+  staging="v0.${K8S_VERSION#v1.}"
+  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
+    go mod edit -replace="$m=$m@$staging"
+  done
+  cmds="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+  # shellcheck disable=SC2046
+  go get $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  ldf="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldf="$ldf -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldf="$ldf -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
+  done
+  # shellcheck disable=SC2046
+  go build -trimpath -tags=selinux,notest -ldflags "$ldf" -o "$STAGE/" \
+    $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c"; done)
+}
 
-for b in $BINARIES; do [ -x "$STAGE/$b" ] || { log "missing $b"; exit 1; }; done
+log "building the local control plane ($KEY) from the Go module proxy; log: $BUILD_LOG"
+stage "etcd-$ETCD_VERSION" 90 build_etcd
+stage "kwok-$KWOK_VERSION" 90 build_kwok
+stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
+
+for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
 # First lines via parameter expansion, not `| head -1`: under pipefail, head closing the pipe early
 # kills the writer with SIGPIPE (exit 141) and with it a finished build.
 first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }

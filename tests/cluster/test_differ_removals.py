@@ -19,13 +19,12 @@ from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import execute
 from reconcile.engine.plan import ObjectKey, Plan
-from tests.cluster.test_differ_recorded import (
+from tests.cluster.served import (
     by_kind,
     desired_for,
     ensure_priority_classes,
     get,
     owner_of,
-    podgroup_crds,  # noqa: F401 (a fixture)
     read_back,
 )
 

@@ -136,3 +136,28 @@ def test_far_away_times_in_a_status_do_not_break_the_sync(e2e: E2E) -> None:
     far = e2e.get("far")
     assert not any(c["type"] == "SyncFailed" and c["status"] == "True" for c in far["status"]["conditions"])
     assert e2e.operator.alive()
+
+
+def test_a_quota_is_created_false_until_it_clears(e2e: E2E) -> None:
+    from reconcile.kube import Resource
+
+    quota = Resource("v1", "ResourceQuota", "resourcequotas")
+    e2e.kube.create(
+        quota,
+        e2e.ns,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "pods"},
+            "spec": {"hard": {"pods": "1"}},
+        },
+    )
+    e2e.wait_for(lambda: (e2e.get("pods", quota).get("status") or {}).get("hard"), "quota status")
+    e2e.submit(pi_job("quota"))
+    job = e2e.wait_condition("quota", "Created", "False", timeout=TIMEOUT)
+    created = conditions(job)["Created"]
+    assert created["reason"] == "FailedCreate" and "exceeded quota" in created["message"], created
+    assert e2e.find("quota-launcher", JOB) is None  # no launcher while a worker cannot be created
+    e2e.delete("pods", quota)
+    e2e.wait_condition("quota", "Succeeded", timeout=90)
+    assert conditions(e2e.get("quota"))["Created"]["status"] == "True"

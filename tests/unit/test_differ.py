@@ -453,11 +453,62 @@ def test_running_job_accepts_only_suspend() -> None:
     desired["spec"]["suspend"] = True
     patch = only(plan([desired], [live], POLICY, OWNER))
     assert patch.json_patch == ({"op": "replace", "path": "/spec/suspend", "value": True},)
-    assert patch.body["spec"]["suspend"] is True
-    # The template is sent as it is live (unchanged), not as desired: it is immutable right now, and
-    # leaving it out would ask server-side apply to remove what we applied while it was suspended.
-    assert patch.body["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "a"}
-    assert "backoffLimit" not in patch.body["spec"]
+    # Live has no managedFields of ours: no field of the immutable template is ours to keep.
+    assert patch.body["spec"] == {"suspend": True}
+
+
+def evicted_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Kueue's eviction of a job it admitted with a nodeSelector and a toleration: the launcher Job got
+    both through our apply while suspended, then ran; now desired is suspended and has neither."""
+    live = as_live(job(suspend=False))
+    template = live["spec"]["template"]
+    template["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    # The Job controller's labels, set by the API server on create: owned by no manager.
+    template["metadata"]["labels"].update({"controller-uid": "uid-live", "job-name": "pi-launcher"})
+    live["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 1}
+    live["metadata"]["managedFields"] = [
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:suspend": {}, "f:backoffLimit": {}}},
+        },
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:suspend": {},
+                    "f:template": {
+                        "f:metadata": {"f:labels": {".": {}, "f:role": {}}},
+                        "f:spec": {"f:nodeSelector": {}, "f:tolerations": {}},
+                    },
+                }
+            },
+        },
+    ]
+    desired = job(suspend=True)
+    del desired["spec"]["template"]["spec"]["nodeSelector"]
+    return desired, live
+
+
+def test_suspending_an_evicted_job_keeps_what_we_applied_to_its_immutable_template() -> None:
+    """Leaving out the nodeSelector and toleration we applied would ask server-side apply to remove
+    them from a template that is immutable now: the server rejects the whole apply (422), the launcher
+    is never suspended and Kueue's ClusterQueue deadlocks. They are sent again, as live has them, and
+    nothing else of the template: the Job controller's labels are not ours to own."""
+    desired, live = evicted_launcher()
+    patch = only(plan([desired], [live], POLICY, OWNER))
+    assert patch.json_patch == ({"op": "replace", "path": "/spec/suspend", "value": True},)
+    assert patch.body["spec"] == {
+        "suspend": True,
+        "template": {
+            "metadata": {"labels": {"role": "launcher"}},
+            "spec": {"nodeSelector": {"zone": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        },
+    }
+    assert patch.removal_patch == ()
 
 
 def test_suspended_unstarted_job_accepts_scheduling_directives() -> None:

@@ -18,7 +18,7 @@ from reconcile.children import POLICY
 from reconcile.controller import Controller
 from reconcile.events import EventRecorder
 from reconcile.metrics import Metrics
-from tests.unit.test_controller_sync import NoKube
+from tests.unit.test_controller import NoKube
 from tests.unit.test_manifests import DEPLOY, _grants, _objects, _one
 
 RECONCILE = Path(__file__).resolve().parents[2] / "reconcile"

@@ -99,6 +99,9 @@ class Controllers:
     def has_synced(self) -> bool:
         return all(c.has_synced() for c in self.controllers)
 
+    def synced_version(self, key: str) -> str | None:
+        return next((v for c in self.controllers if (v := c.synced_version(key)) is not None), None)
+
 
 def namespaces_of(flag: str) -> list[str]:
     """The --namespace list; [""] (every namespace) when empty."""

@@ -148,3 +148,19 @@ def test_namespace_flag_lists_namespaces():
     assert namespaces_of("") == [""]
     assert namespaces_of("team-a") == ["team-a"]
     assert namespaces_of("team-a, team-b,") == ["team-a", "team-b"]
+
+
+def test_one_controller_per_namespace_behind_one_face():
+    from reconcile.main import Controllers
+
+    cs = [
+        Controller(
+            NoKube(), render.Config(), metrics=Metrics(), recorder=EventRecorder(NoKube()), namespace=n
+        )
+        for n in ("team-a", "team-b")
+    ]
+    both = Controllers(cs)
+    assert [c.namespace for c in both.controllers] == ["team-a", "team-b"]
+    assert not both.has_synced()
+    cs[1]._synced["team-b/x"] = "7"
+    assert both.synced_version("team-b/x") == "7" and both.synced_version("team-a/y") is None

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from reconcile.kube import JOB, POD, ApiError
-from tests.e2e.conftest import E2E, conditions, name_of, phase, pi_job
+from tests.e2e.support import E2E, conditions, name_of, phase
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 

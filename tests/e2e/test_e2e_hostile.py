@@ -162,3 +162,13 @@ def test_a_quota_is_created_false_until_it_clears(e2e: E2E) -> None:
     e2e.delete("pods", quota)
     e2e.wait_condition("quota", "Succeeded", timeout=90)
     assert conditions(e2e.get("quota"))["Created"]["status"] == "True"
+
+
+def test_a_missing_priority_class_is_created_false_naming_it(e2e: E2E) -> None:
+    job = pi_job("prio")
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "no-such-class"
+    e2e.submit(job)
+    mj = e2e.wait_condition("prio", "Created", "False", timeout=TIMEOUT)
+    created = conditions(mj)["Created"]
+    assert created["reason"] == "FailedCreate" and "no-such-class" in created["message"], created
+    assert e2e.find("prio-launcher", JOB) is None

@@ -47,6 +47,7 @@ from reconcile.syncstate import (
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
     status_changed,
+    worth_writing,
 )
 from render import names
 
@@ -245,14 +246,10 @@ class Controller:
         children = self.children_of(job)
         children += self._held_names(job, children)
         observed = self._observe(job, children, now)
-
         old_status = obj.get("status") or {}
-        new_status = render.status(job, observed, self.config)
-        if status_changed(old_status, new_status):
-            obj = self._write_status(obj, new_status)
-        self._record(obj, old_status, new_status)
+        known = render.status(job, observed, self.config)  # decides TTL; written only after the children
 
-        if render.ttl_expired(job, new_status, now):
+        if render.ttl_expired(job, known, now):
             log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
             try:
                 self.kube.delete(MPIJOB, job.namespace, job.name, uid=job.uid)
@@ -261,6 +258,7 @@ class Controller:
                     raise
             return
 
+        # Children first, status last (upstream's order): Created=True then means the children exist.
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
         live = self._clear_launcher_start_time(desired, live)
@@ -269,6 +267,15 @@ class Controller:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(the_plan, self.kube.api_client, self.field_manager, owner_description="MPIJob")
         self._after_execute(obj, job, the_plan, result)
+
+        if the_plan.writes:  # the caches now hold what we wrote: status from the world after the writes
+            children = self.children_of(job)
+            children += self._held_names(job, children)
+            observed = self._observe(job, children, now)
+        new_status = render.status(job, observed, self.config) if the_plan.writes else known
+        if worth_writing(old_status, new_status):
+            obj = self._write_status(obj, new_status)
+        self._record(obj, old_status, new_status)
 
         if self._owned_launcher(job, live) is not None or any(
             o.key.kind == "Job" and o.result == "created" for o in result.done

@@ -343,12 +343,24 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
 
     # change the template while suspended and resume: the new directives propagate
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str()})
-    job = get_job(kube, namespace)
-    tmpl = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
-    tmpl["metadata"]["labels"] = {"kueue": "readmitted"}
-    tmpl["spec"]["nodeSelector"] = {"pool": "b"}
-    job["spec"]["runPolicy"]["suspend"] = False
-    kube.replace(MPIJOB, job)
+    kube.patch(  # a merge patch: the status our operator writes meanwhile cannot conflict with it
+        MPIJOB,
+        namespace,
+        "pi",
+        {
+            "spec": {
+                "runPolicy": {"suspend": False},
+                "mpiReplicaSpecs": {
+                    "Launcher": {
+                        "template": {
+                            "metadata": {"labels": {"kueue": "readmitted"}},
+                            "spec": {"nodeSelector": {"pool": "b"}},
+                        }
+                    }
+                },
+            }
+        },
+    )
     t = wait_for(
         lambda: (
             (j := kube.get(JOB, namespace, "pi-launcher"))["spec"].get("suspend") is False

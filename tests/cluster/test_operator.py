@@ -229,7 +229,9 @@ def test_mpijob_success(kube, namespace, start_operator):
         set_pod_status(kube, pod, "Running", ready=True)
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
+            .get("Worker", {})
+            .get("active")
             == 2
         ),
         "Worker.active=2",
@@ -269,7 +271,9 @@ def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
         set_pod_status(kube, pod, "Running", ready=False)
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
+            .get("Worker", {})
+            .get("active")
             == 2
         ),
         "Worker.active=2",
@@ -386,7 +390,7 @@ def test_mpijob_failure(kube, namespace, start_operator):
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str(), "failed": 1})
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {})
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
             .get("Launcher", {})
             .get("failed")
             == 1

@@ -50,6 +50,8 @@ disabled_plugins = [
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{sandbox_image}"
   restrict_oom_score_adj = true
+  # Pod network namespaces under our state dir, not the machine's /run/netns (others bind-mount it).
+  netns_mounts_under_state_dir = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"

@@ -263,8 +263,6 @@ def leftovers() -> list[str]:
         left.append(f"processes {sorted(_our_pids())}")
     if _run(["ip", "link", "show", BRIDGE]).returncode == 0:
         left.append(f"bridge {BRIDGE}")
-    if _our_netns():
-        left.append(f"netns {_our_netns()}")
     for hier in _hierarchies():
         if (hier / CGROUP_ROOT).exists():
             left.append(f"cgroup {hier / CGROUP_ROOT}")

@@ -35,6 +35,10 @@ from tests.e2e.conftest import E2E, OperatorProcess, condition_is, kubectl  # no
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
 
 
+def running(pods: list[dict]) -> int:
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
-from localcluster.cluster import wait_for_default_service_account  # noqa: E402
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.processes import free_port  # noqa: E402
 
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
@@ -250,8 +250,8 @@ def main() -> int:
     watcher: StatusWatcher | None = None
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        kubectl(cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
         api = cluster.api_client()
+        wait_for_crds(api, ["mpijobs.kubeflow.org"])
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})

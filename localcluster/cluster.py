@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -434,6 +434,43 @@ def wait_for_default_service_account(core: Any, namespace: str, timeout: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"no ServiceAccount {namespace}/default after {timeout:.0f}s")
         time.sleep(0.1)
+
+
+def crd_served(api: ApiClient, name: str) -> bool:
+    """Established=True and the resource listed by discovery (which lags a moment behind Established).
+    A CRD fresh from an apply has no status at all yet: that is "not yet", not an error."""
+    from kubernetes import client
+
+    try:
+        crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    conditions = (crd.status.conditions if crd.status else None) or []
+    if not any(c.type == "Established" and c.status == "True" for c in conditions):
+        return False
+    version = next((v.name for v in crd.spec.versions if v.served), None)
+    if version is None:
+        return False
+    try:
+        served = client.CustomObjectsApi(api).get_api_resources(crd.spec.group, version)
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return any(r.name == crd.spec.names.plural for r in (served.resources if served else None) or [])
+
+
+def wait_for_crds(api: ApiClient, names: Iterable[str], timeout: float = 60.0) -> None:
+    """Block until every named CRD can be used (replaces `kubectl wait --for=condition=Established`,
+    which fails at once on a CRD that has no status yet)."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while not crd_served(api, name):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established and served after {timeout:.0f}s")
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager

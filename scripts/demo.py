@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
 from kubernetes import client, config
 
-from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals
+from localcluster import BinariesMissing, StartupError
+from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
 from localcluster.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pi.yaml"
-STATE_DIR = Path(tempfile.gettempdir()) / f"mpijob-demo-{os.getuid()}"
+# Keyed by the checkout, so two checkouts' demos never stop each other's cluster. Under the temp dir, not
+# in the checkout: unix socket paths of the cluster's components must stay short.
+_CHECKOUT_KEY = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]
+STATE_DIR = Path(tempfile.gettempdir()) / f"mpijob-demo-{os.getuid()}-{_CHECKOUT_KEY}"
 OPERATOR_PID = STATE_DIR / "operator.pid"
+OPERATOR_LOG = STATE_DIR / "operator.log"
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
+READY_TIMEOUT = 60.0
+
+
+class DemoError(Exception):
+    """An expected failure: printed as one line saying what failed and what to do, exit 1."""
 
 
 def say(msg: str) -> None:
@@ -29,13 +42,20 @@ def say(msg: str) -> None:
 
 
 def kubectl(cluster: LocalCluster, *args: str) -> None:
-    subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env()}, check=True)
+    proc = subprocess.run(
+        ["kubectl", *args], env={**os.environ, **cluster.env()}, capture_output=True, text=True
+    )
+    if proc.stdout:
+        print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DemoError(f"kubectl {' '.join(args)} failed: {detail}")
 
 
 def start_operator(cluster: LocalCluster) -> None:
     kubeconfig = cluster.write_user_kubeconfig(SA_USER)
     port = free_port()  # probes and /metrics, on loopback only
-    log = (STATE_DIR / "operator.log").open("ab")
+    log = OPERATOR_LOG.open("wb")  # this run's log only
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -52,7 +72,25 @@ def start_operator(cluster: LocalCluster) -> None:
         start_new_session=True,
     )
     OPERATOR_PID.write_text(f"{proc.pid}\n")
+    wait_until_ready(proc, port)
     say(f"operator running as {SA_USER} (pid {proc.pid}, log {log.name}, metrics :{port}/metrics)")
+
+
+def wait_until_ready(proc: subprocess.Popen[bytes], port: int) -> None:
+    """/readyz: leading with every informer cache synced. An exit before that is the demo's failure."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            last = (OPERATOR_LOG.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
+            raise DemoError(f"the operator exited with code {proc.returncode}: {last} (log: {OPERATOR_LOG})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise DemoError(f"the operator was not ready within {READY_TIMEOUT:.0f}s (log: {OPERATOR_LOG})")
 
 
 def stop_operator() -> None:
@@ -120,6 +158,27 @@ def down() -> int:
 
 
 def main() -> int:
+    try:
+        return run()
+    except DemoError as err:
+        print(f"demo: error: {err}", file=sys.stderr, flush=True)
+    except BinariesMissing as err:
+        print(f"demo: error: {err} (scripts/demo runs it for you)", file=sys.stderr, flush=True)
+    except StartupError as err:
+        first = str(err).splitlines()[0]
+        print(
+            f"demo: error: the local cluster did not start: {first} (logs: {STATE_DIR / 'cluster'})",
+            file=sys.stderr,
+            flush=True,
+        )
+    except client.ApiException as err:
+        print(f"demo: error: the API server answered {err.status} {err.reason}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("demo: interrupted; stopped what this run started", file=sys.stderr, flush=True)
+    return 1
+
+
+def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep the cluster and operator running")
     parser.add_argument("--down", action="store_true", help="stop what --keep left running")
@@ -136,7 +195,7 @@ def main() -> int:
     cluster = LocalCluster(
         ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep
     )
-    ok = False
+    ok = started = False
     with terminate_on_signals():
         try:
             began = time.monotonic()
@@ -144,10 +203,13 @@ def main() -> int:
             say(f"cluster ready in {time.monotonic() - began:.1f}s")
             say("installing the CRD and RBAC: kubectl apply --server-side -k deploy/base-no-operator")
             kubectl(cluster, "apply", "--server-side", "-k", str(ROOT / "deploy" / "base-no-operator"))
-            kubectl(
-                cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s"
-            )
+            with cluster.api_client() as admin:
+                try:
+                    wait_for_crds(admin, ["mpijobs.kubeflow.org"])
+                except TimeoutError as err:
+                    raise DemoError(f"{err}; see the API server log in {cluster.log_dir}") from err
             start_operator(cluster)
+            started = True
             job = load_example()
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
             say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
@@ -158,9 +220,9 @@ def main() -> int:
             ok, final = follow(api, name, namespace, args.timeout)
             say(f"MPIJob {namespace}/{name} {final}")
             if not ok:
-                say(f"operator log: {STATE_DIR / 'operator.log'}")
+                say(f"operator log: {OPERATOR_LOG}")
         finally:
-            if args.keep:
+            if args.keep and started:
                 env = cluster.env()
                 say("the cluster and operator keep running. Look around with:")
                 print(f"    export KUBECONFIG={env['KUBECONFIG']}")
@@ -168,14 +230,17 @@ def main() -> int:
                 print("    kubectl get mpijobs,jobs,pods,svc,cm,secrets -A")
                 print("    kubectl delete mpijob pi")
                 print(f"    kubectl apply -f {EXAMPLE.relative_to(ROOT)}   # or your own MPIJob")
-                print(f"  operator log: {STATE_DIR / 'operator.log'}")
+                print(f"  operator log: {OPERATOR_LOG}")
                 print("  stop everything with: scripts/demo --down")
             else:
                 stop_operator()
-                cluster.stop()
+                cluster.stop(keep_logs=not ok)  # a failed run keeps the components' logs to read
                 say("stopped the operator and the local cluster")
-                print("  to look around or submit your own MPIJobs, run `scripts/demo --keep`; it prints the")
-                print("  kubectl set-up (KUBECONFIG, PATH) and `scripts/demo --down` stops everything after")
+                if ok:
+                    print("  to look around or submit your own MPIJobs, run `scripts/demo --keep`; it prints")
+                    print(
+                        "  the kubectl set-up (KUBECONFIG, PATH) and `scripts/demo --down` stops it all after"
+                    )
     return 0 if ok else 1
 
 

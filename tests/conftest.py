@@ -27,6 +27,13 @@ from localcluster.cluster import wait_for_default_service_account
 
 TIER_FIXTURES = {"l1_cluster": "l1", "l2_cluster": "l2"}
 SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
+# Set by .ci/run: CI runs every tier, so a skip request is an error and any skipped test fails the run.
+CI_ENV = "MPIJOB_CI"
+_ci_skipped: list[str] = []
+
+
+def _in_ci() -> bool:
+    return os.environ.get(CI_ENV, "") not in ("", "0")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _in_ci() and _skip_cluster(config):
+        raise pytest.UsageError(f"{CI_ENV} is set: CI runs every tier; drop --skip-cluster / {SKIP_ENV}")
     skip = pytest.mark.skip(reason=f"--skip-cluster or {SKIP_ENV}=1 given")
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
@@ -63,6 +72,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, tier))
         if _skip_cluster(config) and (item.get_closest_marker("l1") or item.get_closest_marker("l2")):
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _in_ci() and report.skipped:
+        _ci_skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _ci_skipped and exitstatus == pytest.ExitCode.OK:
+        print(f"\n{CI_ENV}: {len(_ci_skipped)} test(s) skipped, and CI skips nothing: {_ci_skipped[:5]}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _session_cluster(request: pytest.FixtureRequest, tier: str) -> Iterator[LocalCluster]:

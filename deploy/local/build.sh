@@ -3,11 +3,11 @@
 # kwok) and, with --node, the real node's binaries (kubelet, a minimal CoreDNS) from Go modules into a
 # per-machine cache keyed by version. Idempotent: with a finished build it only prints the bin dir.
 #
-# Usage: deploy/local/build.sh                      build the control plane if needed, print its bin dir
-#        deploy/local/build.sh --node               build kubelet + CoreDNS if needed, print their bin dir
+# Usage: deploy/local/build.sh                      build if needed, print the bin dir
+#        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
 #        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
 #        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
-#        deploy/local/build.sh --print-k8s-src      print the k8s.io/kubernetes module dir (downloads it if needed)
+#        deploy/local/build.sh --print-k8s-src  print the k8s.io/kubernetes module dir (downloads it if needed)
 # Env:   MPIJOB_K8S_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR bin dir override (default <cache root>/<versions>/bin)
 set -euo pipefail
@@ -21,16 +21,16 @@ KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
 STAMP=.build-complete
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
-# The node binaries have their own stamped dir, so adding them left the control plane's key (and cache) alone.
+# The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
 NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
 NODE_BIN_DIR=${MPIJOB_NODE_BIN_DIR:-$CACHE_ROOT/$NODE_KEY/bin}
-NODE_BINARIES="kubelet coredns"
 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { echo "build.sh: $*" >&2; }
+fail() { echo "build.sh: error: $*" >&2; exit 1; }
 
 k8s_src() {
   go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
@@ -43,7 +43,7 @@ case "${1:-}" in
   --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
   --print-node-bin-dir)
     [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
-  --node) MODE=node; BIN_DIR=$NODE_BIN_DIR; BINARIES=$NODE_BINARIES ;;
+  --node) MODE=node; KEY=$NODE_KEY; BIN_DIR=$NODE_BIN_DIR; BINARIES="kubelet coredns" ;;
   "") ;;
   *) echo "usage: $0 [--node|--print-bin-dir|--print-node-bin-dir|--print-k8s-src]" >&2; exit 2 ;;
 esac
@@ -53,11 +53,21 @@ if [ -f "$BIN_DIR/$STAMP" ]; then
   exit 0
 fi
 
-command -v go >/dev/null || { log "go not found (need Go >= 1.25 and the Go module proxy)"; exit 1; }
+command -v go >/dev/null || fail "go not found: install Go >= 1.25 (the build fetches modules from the Go module proxy)"
 mkdir -p "$(dirname "$BIN_DIR")"
-# One build at a time per output dir; a second caller waits, then finds the stamp.
-exec 9>"$BIN_DIR.lock"
-flock 9
+# One build at a time per output dir; a second caller waits (naming the holder), then finds the stamp.
+LOCK="$BIN_DIR.lock"
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  holder=$(cat "$LOCK.holder" 2>/dev/null || true)
+  log "another build holds $LOCK (${holder:-holder unknown}); waiting for it"
+  waited=0
+  until flock -w 60 9; do
+    waited=$((waited + 1))
+    log "still waiting for the build lock (${waited} min; ${holder:-holder unknown})"
+  done
+fi
+echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$LOCK.holder"
 if [ -f "$BIN_DIR/$STAMP" ]; then
   echo "$BIN_DIR"
   exit 0
@@ -67,12 +77,56 @@ fi
 STAGE=$(mktemp -d "$(dirname "$BIN_DIR")/.bin.partial.XXXXXX")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpijob-k8s-build.XXXXXX")
 trap 'rm -rf "$WORK" "$STAGE"' EXIT
+BUILD_LOG="$(dirname "$BIN_DIR")/build-$KEY.log"
+: >"$BUILD_LOG"
+TIMINGS="$CACHE_ROOT/timings"
 START=$(date +%s)
 
-# A scratch module that can build commands of k8s.io/kubernetes at K8S_VERSION (in the current dir).
+# stage NAME TYPICAL_SECONDS FUNCTION: runs FUNCTION with its output in the build log, says how long the
+# stage took last time on this machine (or typically, on 2 cores), and on failure ends with one line.
+stage() {
+  local name=$1 typical=$2 fn=$3 last began rc
+  last=$(awk -v n="$name" '$1 == n { t = $2 } END { print t }' "$TIMINGS" 2>/dev/null || true)
+  if [ -n "$last" ]; then
+    log "building $name (took ${last}s last time on this machine)"
+  else
+    log "building $name (usually about $(((typical + 59) / 60)) min on 2 cores, longer under load)"
+  fi
+  began=$(date +%s)
+  rc=0
+  # In the background, not behind `||`: bash ignores errexit in a function run as the left side of `||`.
+  "$fn" >>"$BUILD_LOG" 2>&1 &
+  wait $! || rc=$?
+  if [ "$rc" != 0 ]; then
+    tail -n 15 "$BUILD_LOG" | sed 's/^/    /' >&2
+    fail "building $name failed (exit $rc); check that the Go module proxy is reachable (go env GOPROXY) and see $BUILD_LOG"
+  fi
+  echo "$name $(($(date +%s) - began))" >>"$TIMINGS"
+}
+
+build_etcd_at() {
+  local ver=$1 mod="$WORK/etcd-$1"
+  mkdir -p "$mod" && cd "$mod"
+  go mod init local/etcdbin >/dev/null 2>&1
+  go get "go.etcd.io/etcd/server/v3@$ver" || return 1
+  go build -trimpath -ldflags "-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_etcd() {
+  if ! build_etcd_at "$ETCD_VERSION"; then
+    echo "etcd $ETCD_VERSION failed, trying $ETCD_VERSION_FALLBACK"
+    build_etcd_at "$ETCD_VERSION_FALLBACK"
+  fi
+}
+
+build_kwok() {
+  GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
+# A scratch module in the current dir that can build commands of k8s.io/kubernetes at K8S_VERSION.
 k8s_module() {
   go mod init local/k8sbins >/dev/null 2>&1
-  local gomod
+  local gomod staging m gd
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
   # Same language version and GODEBUG defaults as upstream's own go.mod.
@@ -80,14 +134,14 @@ k8s_module() {
   for gd in $(sed -n 's/^godebug \(.*=.*\)$/\1/p' "$gomod"); do go mod edit -godebug="$gd"; done
   # k8s.io/kubernetes requires its staging modules at v0.0.0 with replace lines that consumers ignore;
   # pin each to the matching published v0.<minor>.<patch>.
-  local staging="v0.${K8S_VERSION#v1.}" m
+  staging="v0.${K8S_VERSION#v1.}"
   for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
     go mod edit -replace="$m=$m@$staging"
   done
 }
 
 k8s_ldflags() {
-  local minor p ldf="-s -w" build_date
+  local minor build_date ldf="-s -w" p
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -97,71 +151,71 @@ k8s_ldflags() {
   echo "$ldf"
 }
 
+build_kubernetes() {
+  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+  k8s_module
+  local cmds c
+  cmds="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+  # shellcheck disable=SC2046
+  go get $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
+  # shellcheck disable=SC2046
+  go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/" \
+    $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c"; done)
+}
+
+build_kubelet() {
+  mkdir -p "$WORK/kubelet" && cd "$WORK/kubelet"
+  k8s_module
+  go get "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION"
+  go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/kubelet" \
+    k8s.io/kubernetes/cmd/kubelet
+}
+
+# CoreDNS with only the plugins deploy/local/coredns/main.go imports (no forward: nothing leaves the machine).
+build_coredns() {
+  mkdir -p "$WORK/coredns" && cd "$WORK/coredns"
+  cp "$HERE/coredns/main.go" .
+  go mod init local/coredns >/dev/null 2>&1
+  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$STAGE/coredns" .
+}
+
 # First lines via parameter expansion, not `| head -1`: under pipefail, head closing the pipe early
 # kills the writer with SIGPIPE (exit 141) and with it a finished build.
 first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }
 
-finish() {
-  local b
-  for b in $BINARIES; do [ -x "$STAGE/$b" ] || { log "missing $b"; exit 1; }; done
+if [ "$MODE" = node ]; then
+  log "building the real node's kubelet and CoreDNS ($KEY) from the Go module proxy; log: $BUILD_LOG"
+  stage "coredns-$COREDNS_VERSION" 360 build_coredns
+  stage "kubelet-$K8S_VERSION" 720 build_kubelet
+  for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
+  {
+    first_line "$STAGE/kubelet" --version
+    first_line "$STAGE/coredns" -version
+  } >"$STAGE/versions.txt"
   date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
   rm -rf "$BIN_DIR"
   mv -T "$STAGE" "$BIN_DIR"
   log "built in $(($(date +%s) - START))s"
   echo "$BIN_DIR"
-}
-
-if [ "$MODE" = node ]; then
-  log "coredns $COREDNS_VERSION with only the plugins the node needs (Go build; about 6 min)"
-  mkdir -p "$WORK/coredns" && cd "$WORK/coredns"
-  cp "$HERE/coredns/main.go" .
-  go mod init local/coredns >/dev/null 2>&1
-  go get "github.com/coredns/coredns@$COREDNS_VERSION"
-  go mod tidy >/dev/null
-  go build -trimpath -ldflags "-s -w" -o "$STAGE/coredns" .
-  log "kubelet $K8S_VERSION (Go build; about 12 min on 2 busy cores, less when the control plane's build cache is warm)"
-  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-  k8s_module
-  go get "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION"
-  go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/kubelet" k8s.io/kubernetes/cmd/kubelet
-  {
-    first_line "$STAGE/kubelet" --version
-    first_line "$STAGE/coredns" -version
-  } >"$STAGE/versions.txt"
-  finish
   exit 0
 fi
 
-log "control plane: etcd, kwok, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (Go build; 10-30 min cold on 2 cores)"
+log "building the local control plane ($KEY) from the Go module proxy; log: $BUILD_LOG"
+stage "etcd-$ETCD_VERSION" 90 build_etcd
+stage "kwok-$KWOK_VERSION" 90 build_kwok
+stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
 
-build_etcd() {
-  local ver=$1 mod="$WORK/etcd-$1"
-  mkdir -p "$mod" && cd "$mod"
-  go mod init local/etcdbin >/dev/null 2>&1
-  go get "go.etcd.io/etcd/server/v3@$ver" || return 1
-  go build -trimpath -ldflags "-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
-}
-
-log "etcd $ETCD_VERSION"
-if ! build_etcd "$ETCD_VERSION"; then
-  log "etcd $ETCD_VERSION failed, trying $ETCD_VERSION_FALLBACK"
-  build_etcd "$ETCD_VERSION_FALLBACK"
-fi
-
-log "kwok $KWOK_VERSION"
-GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-
-log "kubernetes $K8S_VERSION"
-mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-k8s_module
-CMDS="kube-apiserver kube-controller-manager kube-scheduler kubectl"
-go get $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
-go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/" \
-  $(for c in $CMDS; do echo "k8s.io/kubernetes/cmd/$c"; done)
+for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
 {
   first_line "$STAGE/etcd" --version
   first_line "$STAGE/kube-apiserver" --version
   first_line "$STAGE/kwok" --version
   echo "k8s-src: $(k8s_src)"
 } >"$STAGE/versions.txt"
-finish
+date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
+rm -rf "$BIN_DIR"
+mv -T "$STAGE" "$BIN_DIR"
+log "built in $(($(date +%s) - START))s"
+echo "$BIN_DIR"

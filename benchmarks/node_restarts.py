@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client  # noqa: E402
 
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
-from localcluster.cluster import wait_for_default_service_account  # noqa: E402
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.realnode import node_rss_bytes  # noqa: E402
 from reconcile.kube import Kube  # noqa: E402
 from tests.e2e.conftest import E2E, OperatorProcess, condition_is, kubectl  # noqa: E402
@@ -59,11 +59,8 @@ def main() -> int:
     rss: dict[str, int] = {}
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        for _ in range(20):
-            with contextlib.suppress(RuntimeError):
-                kubectl(cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org")
-                break
-            time.sleep(0.5)
+        with contextlib.closing(cluster.api_client()) as admin:
+            wait_for_crds(admin, ["mpijobs.kubeflow.org"])
         op.start()
         api = cluster.api_client()
         core = client.CoreV1Api(api)

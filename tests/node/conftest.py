@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import ClusterSpec, LocalCluster
-from localcluster.cluster import wait_for_default_service_account
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from reconcile.kube import POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.conftest import E2E, REPO, OperatorProcess, kubectl, name_of
@@ -41,15 +41,8 @@ def real_cluster() -> Iterator[LocalCluster]:
     print(f"\n[localcluster] real node ready in {time.monotonic() - began:.1f}s")
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        # Right after apply the CRD may have no status yet, which `kubectl wait` reports as an error.
-        for attempt in range(20):
-            try:
-                kubectl(cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org")
-                break
-            except RuntimeError:
-                if attempt == 19:
-                    raise
-                time.sleep(0.5)
+        with contextlib.closing(cluster.api_client()) as api:
+            wait_for_crds(api, ["mpijobs.kubeflow.org"])
         yield cluster
     finally:
         cluster.stop()

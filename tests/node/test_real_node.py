@@ -25,18 +25,19 @@ def test_pi_one_rank_per_worker(node_e2e: NodeE2E, impl: str) -> None:
     assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
 
 
-def test_two_slots_per_worker(node_e2e: NodeE2E) -> None:
-    body = node_job("openmpi-nonroot", slotsPerWorker=2)
+@pytest.mark.parametrize("impl", ["openmpi-nonroot", "intel"])
+def test_two_slots_per_worker(node_e2e: NodeE2E, impl: str) -> None:
+    body = node_job(impl, slotsPerWorker=2)
     set_mpirun_args(body, "-n", "4", "/home/mpiuser/pi")
     job, log = node_e2e.run(body)
     assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
     hosts = rank_hosts(log)
     assert sorted(hosts) == [0, 1, 2, 3], log
-    # Open MPI fills each host's slots in hostfile order.
+    # Each host's slots are filled in hostfile order.
     assert hosts == {0: "pi-worker-0", 1: "pi-worker-0", 2: "pi-worker-1", 3: "pi-worker-1"}, log
 
 
-@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+@pytest.mark.parametrize("impl", ["openmpi", "mpich", "intel"])
 def test_run_launcher_as_worker(node_e2e: NodeE2E, impl: str) -> None:
     body = node_job(impl, workers=1, runLauncherAsWorker=True)
     job, log = node_e2e.run(body)

@@ -69,3 +69,16 @@ def test_cleanup_after_success(node_e2e: NodeE2E) -> None:
     # cleanPodPolicy Running: no worker pod, and no sshd left on the node once the job is done.
     node_e2e.wait_for(lambda: not node_e2e.workers("pi"), "worker pods deleted", 60, "pi")
     node_e2e.wait_for(lambda: not sshd_processes(), "no sshd in the node's pods", 60, "pi")
+
+
+def test_second_real_node_is_refused_and_leaves_the_first_alone(node_e2e: NodeE2E) -> None:
+    from localcluster import ClusterSpec, LocalCluster
+    from localcluster.realnode import NodeBusy
+
+    second = LocalCluster(ClusterSpec(tier="real", nodes=0))
+    with pytest.raises(NodeBusy, match=r"already running on this machine.*localcluster down --tier real"):
+        second.start()  # its control plane comes up, then the node is refused; start() stops it again
+    # The session's node is untouched: a job still runs on it.
+    job, log = node_e2e.run(node_job("openmpi"))
+    assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
+    assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})

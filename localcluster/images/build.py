@@ -33,6 +33,12 @@ BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpi
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
 PAUSE_IMAGE = "localhost/pause:local"
+# The name deploy/kustomization.yaml gives the operator's image, so `kubectl apply -k deploy/` runs it as is.
+OPERATOR_IMAGE = "docker.io/library/mpijob-operator:0.1.0"
+OPERATOR_SOURCES = ("pyproject.toml", "README.md", "render", "reconcile")
+# Part of every cache key: bump it when a change to this module changes what an image contains (the
+# module's own text is not hashed, so unrelated edits do not rebuild every image).
+RECIPE_REV = 1
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -109,7 +115,8 @@ def _inputs_hash(*parts: object) -> str:
     for part in parts:
         h.update(repr(part).encode())
         h.update(b"\0")
-    for path in [*sorted(IMAGES_DIR.iterdir()), Path(__file__), Path(oci.__file__)]:
+    h.update(f"rev {RECIPE_REV}".encode())
+    for path in [*sorted(IMAGES_DIR.iterdir()), Path(oci.__file__)]:
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -359,6 +366,78 @@ def build_pause(root: Path) -> Path:
     return out / "image.tar"
 
 
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for name in OPERATOR_SOURCES:
+        top = REPO_ROOT / name
+        for path in sorted([top] if top.is_file() else top.rglob("*.py")):
+            h.update(str(path.relative_to(REPO_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
+    """The operator as deploy/Dockerfile describes it, from the same Debian base (no registry): Debian's
+    Python 3.11, a venv with the project's wheel and its PyPI dependencies, uid 65532."""
+    key = _inputs_hash("operator", SUITE, _sources_hash())
+    out = root / f"operator-{key}"
+    with _locked(root / f"operator-{key}.lock"):
+        if not (out / ".complete").exists():
+            began = time.monotonic()
+            log(f"image {OPERATOR_IMAGE} (Debian python3, the project's wheel and its PyPI dependencies)")
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=".operator-"))
+            upper, inp = stage / "upper", stage / "input"
+            upper.mkdir()
+            inp.mkdir()
+            # Everything is fetched on the host with its pip (PyPI as configured here); the chroot installs
+            # offline from those wheels.
+            pip = [sys.executable, "-m", "pip"]
+            _run(
+                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)], stdout=subprocess.DEVNULL
+            )
+            (wheel,) = inp.glob("*.whl")
+            _run(
+                [
+                    *pip,
+                    "download",
+                    "-q",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(inp),
+                    str(wheel),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            script = _apt_script(("python3", "python3-venv")) + (
+                "python3 -m venv /opt/mpijob-operator\n"
+                "/opt/mpijob-operator/bin/pip install -q --no-index --find-links /tmp/build"
+                f" /tmp/build/{wheel.name}\n"
+                "groupadd --gid 65532 mpi-operator\n"
+                "useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
+                " --shell /usr/sbin/nologin mpi-operator\n"
+                "find /opt/mpijob-operator -name __pycache__ -prune -exec rm -rf {} +\n"
+            )
+            _chroot_build(base, upper, inp, script)
+            layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
+            config = oci.ImageConfig(
+                env=(f"PATH=/opt/mpijob-operator/bin:{SYSTEM_PATH}", "PYTHONUNBUFFERED=1"),
+                entrypoint=("/opt/mpijob-operator/bin/mpijob-operator",),
+                user="65532:65532",
+                working_dir="/",
+            )
+            digest = oci.write_archive(OPERATOR_IMAGE, [base_layer, layer], config, stage / "image.tar")
+            (stage / "digest").write_text(digest)
+            layer.path.unlink()
+            shutil.rmtree(upper)
+            shutil.rmtree(inp)
+            (stage / ".complete").touch()
+            stage.rename(out)
+            log(f"{OPERATOR_IMAGE} built in {time.monotonic() - began:.0f}s")
+    return out / "image.tar"
+
+
 def archive_digest(archive: Path) -> str:
     """The manifest digest of a built archive (what containerd lists for the imported image)."""
     return (archive.parent / "digest").read_text().strip()
@@ -373,4 +452,5 @@ def build_all(root: Path | None = None) -> dict[str, Path]:
     pi_dir = build_pi(root, base)
     for impl, recipe in RECIPES.items():
         archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
+    archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
     return archives

@@ -20,6 +20,7 @@ CNI_CONF_DIR = RUN_DIR / "cni"
 KUBELET_ROOT = RUN_DIR / "kubelet"
 POD_LOGS = RUN_DIR / "pod-logs"
 CLUSTER_DOMAIN = "cluster.local"
+SERVICE_CIDR = "10.96.0.0/16"  # localcluster.cluster.SERVICE_CIDR
 
 
 def containerd_config(sandbox_image: str) -> str:
@@ -79,9 +80,9 @@ def cni_conflist() -> str:
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [
-                        [{"subnet": str(POD_SUBNET), "gateway": BRIDGE_IP, "rangeStart": "10.89.0.10"}]
-                    ],
+                    "ranges": [[{"subnet": str(POD_SUBNET), "gateway": BRIDGE_IP}]],
+                    # Only the Service range is routed (to the host, which DNATs the API's address).
+                    "routes": [{"dst": SERVICE_CIDR}],
                     "dataDir": str(RUN_DIR / "cni-ipam"),
                 },
             }

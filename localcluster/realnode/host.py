@@ -32,6 +32,10 @@ OWNER_FILE = HOME / "owner.json"
 LOCK_FILE = HOME / "lock"
 CGROUP_ROOT = "mpijob-node"  # the kubelet's cgroupRoot, in every hierarchy
 IPTABLES_CHAIN = "MPIJOB-NODE"
+NAT_CHAIN = "MPIJOB-NODE-NAT"
+# Pods reach the API at the `kubernetes` Service address (no kube-proxy): DNAT to the node's forwarder.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+API_PROXY_PORT = 6443
 # What the kubelet's setupKernelTunables wants: served to the kubelet from files in its own mount
 # namespace, so it never changes the machine's kernel.panic, panic_on_oops, overcommit settings.
 KUBELET_SYSCTLS = {
@@ -116,6 +120,13 @@ def setup_network() -> None:
     _run(["iptables", "-w", "-A", IPTABLES_CHAIN, "-o", BRIDGE, "!", "-i", BRIDGE, "-j", "DROP"], check=True)
     if _run(["iptables", "-w", "-C", "FORWARD", "-j", IPTABLES_CHAIN]).returncode != 0:
         _run(["iptables", "-w", "-I", "FORWARD", "-j", IPTABLES_CHAIN], check=True)
+    nat = ["iptables", "-w", "-t", "nat"]
+    _run([*nat, "-N", NAT_CHAIN])
+    _run([*nat, "-F", NAT_CHAIN], check=True)
+    dnat = ["-i", BRIDGE, "-d", KUBERNETES_SERVICE_IP, "-p", "tcp", "--dport", "443", "-j", "DNAT"]
+    _run([*nat, "-A", NAT_CHAIN, *dnat, "--to-destination", f"{BRIDGE_IP}:{API_PROXY_PORT}"], check=True)
+    if _run([*nat, "-C", "PREROUTING", "-j", NAT_CHAIN]).returncode != 0:
+        _run([*nat, "-I", "PREROUTING", "-j", NAT_CHAIN], check=True)
 
 
 def _hierarchies() -> list[Path]:
@@ -228,6 +239,10 @@ def teardown_host(owner: dict | None) -> list[str]:
         pass
     _run(["iptables", "-w", "-F", IPTABLES_CHAIN])
     _run(["iptables", "-w", "-X", IPTABLES_CHAIN])
+    while _run(["iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-j", NAT_CHAIN]).returncode == 0:
+        pass
+    _run(["iptables", "-w", "-t", "nat", "-F", NAT_CHAIN])
+    _run(["iptables", "-w", "-t", "nat", "-X", NAT_CHAIN])
     before = set((owner or {}).get("chains_before", []))
     for entry in kube_chains():
         if entry in before:
@@ -276,6 +291,8 @@ def leftovers() -> list[str]:
         left.append(f"mounts {mounts}")
     if _run(["iptables", "-w", "-S", IPTABLES_CHAIN]).returncode == 0:
         left.append(f"iptables chain {IPTABLES_CHAIN}")
+    if _run(["iptables", "-w", "-t", "nat", "-S", NAT_CHAIN]).returncode == 0:
+        left.append(f"iptables nat chain {NAT_CHAIN}")
     for path in (RUN_DIR, STATE):
         if path.exists():
             left.append(str(path))

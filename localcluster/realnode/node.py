@@ -20,7 +20,7 @@ from localcluster.realnode.host import BRIDGE_IP, NODE_LABEL, NODE_NAME, NodeUna
 if TYPE_CHECKING:
     from localcluster.cluster import LocalCluster
 
-NODE_PROCS = ("containerd", "coredns", "kubelet")
+NODE_PROCS = ("containerd", "coredns", "kubelet", "apiserver-proxy")
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 
 
@@ -121,6 +121,7 @@ class RealNode:
             self._import_images(archives)
             self._grant_rbac()
             self._start_coredns(owner)
+            self._start_api_proxy(owner)
             self._start_kubelet(owner)
         self._wait_node_ready()
         log(f"{NODE_NAME} Ready in {time.monotonic() - began:.1f}s")
@@ -186,6 +187,13 @@ class RealNode:
         from localcluster.cluster import _http_ok
 
         self.cluster._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{ready}/ready"), "CoreDNS /ready")
+
+    def _start_api_proxy(self, owner: dict) -> None:
+        target = self.cluster.server.removeprefix("https://")
+        listen = f"{BRIDGE_IP}:{host.API_PROXY_PORT}"
+        argv = [sys.executable, "-m", "localcluster.realnode.apiproxy", listen, target]
+        proc = self.cluster._spawn("apiserver-proxy", argv)
+        self._record(owner, proc)
 
     def _start_kubelet(self, owner: dict) -> None:
         assert self.node_bin is not None
@@ -277,7 +285,7 @@ class RealNode:
     def _teardown(self, owner: dict | None) -> list[str]:
         by_name = {p.name: p for p in self.cluster.procs if p.name in NODE_PROCS}
         entries = list((owner or {}).get("procs", []))
-        for name in ("kubelet", "coredns"):
+        for name in ("kubelet", "coredns", "apiserver-proxy"):
             if name in by_name:
                 by_name[name].stop()
             _stop_entries([e for e in entries if e["name"] == name])

@@ -82,3 +82,31 @@ def test_second_real_node_is_refused_and_leaves_the_first_alone(node_e2e: NodeE2
     job, log = node_e2e.run(node_job("openmpi"))
     assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
     assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
+
+
+def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
+    """deploy/ as users apply it (restricted Pod Security, probes, RBAC as shipped), with the operator's
+    image built here from the same Debian base; the process operator steps aside meanwhile."""
+    import time
+
+    from localcluster.images.build import OPERATOR_IMAGE
+    from tests.e2e.conftest import REPO, kubectl
+
+    cluster, op = node_e2e.cluster, node_e2e.operator
+    op.stop()
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy"))
+        ns = ["-n", "mpi-operator"]
+        out = kubectl(cluster, *ns, "rollout", "status", "deploy/mpi-operator", "--timeout=120s")
+        assert "successfully rolled out" in out
+        image = kubectl(cluster, *ns, "get", "deploy/mpi-operator", "-o", "jsonpath={..image}")
+        assert image.replace("docker.io/library/", "") == OPERATOR_IMAGE.replace("docker.io/library/", "")
+        node_e2e.submit(node_job("openmpi-nonroot"))
+        deadline = time.monotonic() + 180
+        while not condition_is(node_e2e.get("pi"), "Succeeded"):
+            assert time.monotonic() < deadline, node_e2e.describe("pi")
+            time.sleep(0.5)
+        assert_pi(node_e2e.launcher_log("pi"), {0: "pi-worker-0", 1: "pi-worker-1"})
+    finally:
+        kubectl(cluster, "-n", "mpi-operator", "delete", "deployment", "mpi-operator", "--wait=true")
+        op.start(*op.flags_now)

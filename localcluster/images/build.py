@@ -35,7 +35,7 @@ IMPI_PREFIX = "/opt/intel/mpi"
 PAUSE_IMAGE = "localhost/pause:local"
 # The name deploy/kustomization.yaml gives the operator's image, so `kubectl apply -k deploy/` runs it as is.
 OPERATOR_IMAGE = "docker.io/library/mpijob-operator:0.1.0"
-OPERATOR_SOURCES = ("pyproject.toml", "README.md", "render", "reconcile")
+OPERATOR_SOURCES = ("pyproject.toml", "render", "reconcile")  # what the wheel holds (README: text only)
 # Part of every cache key: bump it when a change to this module changes what an image contains (the
 # module's own text is not hashed, so unrelated edits do not rebuild every image).
 RECIPE_REV = 1

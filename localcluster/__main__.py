@@ -1,4 +1,4 @@
-"""python -m localcluster up|down|env|status|user — see deploy/local/README.md."""
+"""python -m localcluster up|down|env|status|user|images — see deploy/local/README.md."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals
+from localcluster.realnode.host import NodeUnavailable
 
 
 def default_state_dir(tier: str) -> Path:
@@ -45,7 +46,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(spec, work_dir=state_dir, detached=args.detach)
     began = time.monotonic()
     with terminate_on_signals():
-        cluster.start()
+        try:
+            cluster.start()
+        except NodeUnavailable as exc:
+            sys.exit(f"no real node: {exc}")
         took = time.monotonic() - began
         print(
             f"# {args.tier} ready in {took:.1f}s, control plane RSS {cluster.rss_bytes() / 2**20:.0f} MiB",
@@ -97,13 +101,23 @@ def cmd_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_images(args: argparse.Namespace) -> int:
+    """Build the real node's images if needed (progress on stderr); one line per implementation."""
+    from localcluster.images import build
+
+    build.build_all()
+    for impl, name in build.image_names().items():
+        print(f"{impl} {name}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--tier", choices=("l1", "l2"), default="l2")
+        p.add_argument("--tier", choices=("l1", "l2", "real"), default="l2")
         p.add_argument("--state-dir", help="default: $TMPDIR/mpijob-localcluster-$UID/<tier>")
         return p
 
@@ -123,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     user.add_argument("--group", action="append", default=[], help="repeatable")
     user.add_argument("--out", help="kubeconfig path (default: in the state dir)")
     user.set_defaults(func=cmd_user)
+    images = sub.add_parser("images", help="build the real node's MPI images (cached); print their names")
+    images.set_defaults(func=cmd_images)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -30,3 +30,24 @@ def find_bin_dir() -> Path:
     if missing:
         raise BinariesMissing(f"{bin_dir} lacks {', '.join(missing)}; rerun {BUILD_SCRIPT}")
     return bin_dir
+
+
+NODE_REQUIRED = ("kubelet", "coredns")
+
+
+def find_node_bin_dir() -> Path:
+    """The real node's binaries (kubelet, CoreDNS) from `build.sh --node`; raises BinariesMissing."""
+    proc = subprocess.run(
+        [str(BUILD_SCRIPT), "--print-node-bin-dir"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ,
+    )
+    if proc.returncode != 0:
+        raise BinariesMissing(f"node binaries not built ({proc.stderr.strip()}); run {BUILD_SCRIPT} --node")
+    bin_dir = Path(proc.stdout.strip())
+    missing = [name for name in NODE_REQUIRED if not os.access(bin_dir / name, os.X_OK)]
+    if missing:
+        raise BinariesMissing(f"{bin_dir} lacks {', '.join(missing)}; rerun {BUILD_SCRIPT} --node")
+    return bin_dir

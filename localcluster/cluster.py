@@ -28,7 +28,7 @@ from localcluster.processes import Proc, free_port, spawn
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-Tier = Literal["l1", "l2"]
+Tier = Literal["l1", "l2", "real"]  # real: L2 plus one real node (kubelet + containerd)
 STATE_FILE = "state.json"
 # Written nowhere because of --endpoint-reconciler-type=none, but the apiserver needs a non-loopback
 # address and must not depend on the machine having a default route (TEST-NET-3 documentation address).
@@ -100,6 +100,7 @@ class LocalCluster:
         self.server = ""
         self.ports: dict[str, int] = {}
         self._apiserver_argv: list[str] = []
+        self.kubelet_client_flags: list[str] = []
 
     def __hash__(self) -> int:
         return id(self)
@@ -139,9 +140,14 @@ class LocalCluster:
             self._write_pki()
             self._start_etcd()
             self._start_apiserver()
-            if self.spec.tier == "l2":
+            if self.spec.tier in ("l2", "real"):
                 self._start_controllers()
                 self._start_kwok()
+            if self.spec.tier == "real":
+                from localcluster.realnode import RealNode
+
+                self.write_state()  # a crash from here on can be cleaned up with `down`
+                RealNode(self).start()
             self.write_state()
         except BaseException:
             self.stop(keep_logs=True)
@@ -150,6 +156,10 @@ class LocalCluster:
 
     def stop(self, *, keep_logs: bool = False) -> None:
         """Stop every process (reverse start order) and remove the work dir (only the logs stay if asked)."""
+        if self.spec.tier == "real":
+            from localcluster.realnode import RealNode
+
+            RealNode(self).stop()  # kubelet, containers, containerd, then the node's host state
         for proc in reversed(self.procs):
             proc.stop()
         self.procs = []
@@ -246,6 +256,10 @@ class LocalCluster:
         cert, key = ca.issue("kube-apiserver", server_names=names)
         pki._write_pair(self.pki_dir, "apiserver", cert, key)
         pki.write_service_account_keys(self.pki_dir)
+        if self.spec.tier == "real":
+            from localcluster.realnode.node import apiserver_pki
+
+            self.kubelet_client_flags = apiserver_pki(ca, self.pki_dir)
         cert, key = ca.issue("admin", ("system:masters",), client=True)
         pki._write_pair(self.pki_dir, "admin", cert, key)
         self.ports["apiserver"] = free_port()
@@ -296,6 +310,9 @@ class LocalCluster:
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
             "--profiling=false",
+            # kubectl logs/exec reach a kubelet by its node IP, not by a hostname the machine cannot resolve.
+            "--kubelet-preferred-address-types=InternalIP",
+            *self.kubelet_client_flags,
         ]
         if self.spec.tier == "l1":
             # No controller-manager creates the "default" ServiceAccount (as in envtest).

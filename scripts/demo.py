@@ -17,6 +17,7 @@ from kubernetes import client, config
 from localcluster import BinariesMissing, StartupError
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
 from localcluster.operator import OperatorExited, OperatorRunner, stop_recorded
+from localcluster.realnode import NODE_LABEL, NodeUnavailable, check_host
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pi.yaml"
@@ -116,6 +117,66 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
     return finished or (False, f"timed out after {timeout:.0f}s")
 
 
+# -- the real node (default where the machine allows it; --kwok skips it) ---------------------------------
+REAL_CPU = "500m"  # launcher + 2 workers must fit the machine's 2 CPUs
+
+
+def prepare_real_node() -> str:
+    """Everything the real node needs, built or installed once per machine (later runs take seconds).
+    Returns why the machine cannot run it ("" if it can)."""
+    try:
+        if os.geteuid() != 0:
+            return "not root (the kubelet, containerd and the pod network need root)"
+        subprocess.run([str(ROOT / "deploy" / "local" / "node-packages.sh")], check=True, stdout=sys.stderr)
+        check_host()
+        say("real node: kubelet + CoreDNS (Go build, first run only) and the MPI images (Debian packages)")
+        subprocess.run(
+            [str(ROOT / "deploy" / "local" / "build.sh"), "--node"], check=True, stdout=subprocess.DEVNULL
+        )
+        from localcluster.images.build import build_all
+
+        build_all()
+    except NodeUnavailable as err:
+        return str(err)
+    except subprocess.CalledProcessError as err:
+        return f"{Path(str(err.cmd[0])).name} failed with exit {err.returncode}"
+    except (OSError, RuntimeError) as err:
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+def on_real_node(job: dict) -> dict:
+    """The example as the real node can run it: the image built here, requests that fit 2 CPUs."""
+    from localcluster.images.build import image_names
+
+    image = image_names()["openmpi-nonroot"]
+    for spec in job["spec"]["mpiReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        pod["nodeSelector"] = {NODE_LABEL: "true"}
+        for c in pod["containers"]:
+            c["image"] = image
+            c["imagePullPolicy"] = "IfNotPresent"
+            c["resources"] = {"limits": {"cpu": REAL_CPU, "memory": "512Mi"}}
+    say(f"on the real node: image {image} (built here from Debian packages), cpu limit {REAL_CPU} per pod")
+    return job
+
+
+def print_launcher_output(api: client.ApiClient, name: str, namespace: str) -> None:
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(
+        namespace,
+        label_selector=f"training.kubeflow.org/job-name={name},training.kubeflow.org/job-role=launcher",
+    ).items
+    if not pods:
+        return
+    newest = max(pods, key=lambda p: p.metadata.creation_timestamp)
+    log = core.read_namespaced_pod_log(newest.metadata.name, namespace)
+    say(f"the launcher's output (kubectl logs {newest.metadata.name}):")
+    for line in log.splitlines():
+        if not line.startswith("Warning: Permanently added"):
+            print(f"    {line}")
+
+
 def down() -> int:
     stop_operator()
     if (STATE_DIR / "cluster" / STATE_FILE).exists():
@@ -150,6 +211,7 @@ def run() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the cluster and operator running")
     parser.add_argument("--down", action="store_true", help="stop what --keep left running")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the job")
+    parser.add_argument("--kwok", action="store_true", help="fake nodes only (fast; pods do not really run)")
     args = parser.parse_args()
     if args.down:
         return down()
@@ -158,15 +220,33 @@ def run() -> int:
         down()
     STATE_DIR.mkdir(parents=True, exist_ok=True)
 
-    say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
-    cluster = LocalCluster(
-        ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep
-    )
+    tier = "l2"
+    if not args.kwok:
+        why = prepare_real_node()
+        if why:
+            say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
+        else:
+            tier = "real"
+    if tier == "real":
+        say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
+        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180)
+    else:
+        say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
+        spec = ClusterSpec(tier="l2", nodes=2)
+    cluster = LocalCluster(spec, work_dir=STATE_DIR / "cluster", detached=args.keep)
     ok = started = False
     with terminate_on_signals():
         try:
             began = time.monotonic()
-            cluster.start()
+            try:
+                cluster.start()
+            except NodeUnavailable as err:  # e.g. another run's real node on this machine
+                say(f"no real node: {err}; falling back to kwok fake nodes (pods do not really run)")
+                cluster = LocalCluster(
+                    ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep
+                )
+                tier = "l2"
+                cluster.start()
             say(f"cluster ready in {time.monotonic() - began:.1f}s")
             say("installing the CRD and RBAC: kubectl apply --server-side -k deploy/base-no-operator")
             kubectl(cluster, "apply", "--server-side", "-k", str(ROOT / "deploy" / "base-no-operator"))
@@ -178,6 +258,8 @@ def run() -> int:
             start_operator(cluster, detached=args.keep)
             started = True
             job = load_example()
+            if tier == "real":
+                job = on_real_node(job)
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
             say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
             api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
@@ -186,6 +268,8 @@ def run() -> int:
             )
             ok, final = follow(api, name, namespace, args.timeout)
             say(f"MPIJob {namespace}/{name} {final}")
+            if tier == "real":
+                print_launcher_output(api, name, namespace)
             if not ok:
                 say(f"operator log: {OPERATOR_LOG}")
         finally:

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok) from Go modules into a per-machine cache keyed by version. Idempotent: with a finished build it
-# only prints the bin dir.
+# kwok) and, with --node, the real node's binaries (kubelet, a minimal CoreDNS) from Go modules into a
+# per-machine cache keyed by version. Idempotent: with a finished build it only prints the bin dir.
 #
-# Usage: deploy/local/build.sh                 build if needed, print the bin dir
-#        deploy/local/build.sh --print-bin-dir  print the bin dir (no build; exit 1 if not built)
+# Usage: deploy/local/build.sh                      build if needed, print the bin dir
+#        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
+#        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
+#        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
 #        deploy/local/build.sh --print-k8s-src  print the k8s.io/kubernetes module dir (downloads it if needed)
 # Env:   MPIJOB_K8S_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR bin dir override (default <cache root>/<versions>/bin)
@@ -19,6 +21,9 @@ KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
 STAMP=.build-complete
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
+# The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
+NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
+NODE_BIN_DIR=${MPIJOB_NODE_BIN_DIR:-$CACHE_ROOT/$NODE_KEY/bin}
 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
@@ -32,11 +37,15 @@ k8s_src() {
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
 
+MODE=control-plane
 case "${1:-}" in
   --print-k8s-src) k8s_src; exit 0 ;;
   --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
+  --print-node-bin-dir)
+    [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
+  --node) MODE=node; KEY=$NODE_KEY; BIN_DIR=$NODE_BIN_DIR; BINARIES="kubelet coredns" ;;
   "") ;;
-  *) echo "usage: $0 [--print-bin-dir|--print-k8s-src]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--print-bin-dir|--print-node-bin-dir|--print-k8s-src]" >&2; exit 2 ;;
 esac
 
 if [ -f "$BIN_DIR/$STAMP" ]; then
@@ -114,10 +123,10 @@ build_kwok() {
   GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
-build_kubernetes() {
-  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+# A scratch module in the current dir that can build commands of k8s.io/kubernetes at K8S_VERSION.
+k8s_module() {
   go mod init local/k8sbins >/dev/null 2>&1
-  local gomod staging cmds minor build_date ldf m gd p c
+  local gomod staging m gd
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
   # Same language version and GODEBUG defaults as upstream's own go.mod.
@@ -129,20 +138,69 @@ build_kubernetes() {
   for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
     go mod edit -replace="$m=$m@$staging"
   done
-  cmds="kube-apiserver kube-controller-manager kube-scheduler kubectl"
-  # shellcheck disable=SC2046
-  go get $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
+}
+
+k8s_ldflags() {
+  local minor build_date ldf="-s -w" p
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  ldf="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldf="$ldf -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ldf="$ldf -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
   done
+  echo "$ldf"
+}
+
+build_kubernetes() {
+  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+  k8s_module
+  local cmds c
+  cmds="kube-apiserver kube-controller-manager kube-scheduler kubectl"
   # shellcheck disable=SC2046
-  go build -trimpath -tags=selinux,notest -ldflags "$ldf" -o "$STAGE/" \
+  go get $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c@$K8S_VERSION"; done)
+  # shellcheck disable=SC2046
+  go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/" \
     $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c"; done)
 }
+
+build_kubelet() {
+  mkdir -p "$WORK/kubelet" && cd "$WORK/kubelet"
+  k8s_module
+  go get "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION"
+  go build -trimpath -tags=selinux,notest -ldflags "$(k8s_ldflags)" -o "$STAGE/kubelet" \
+    k8s.io/kubernetes/cmd/kubelet
+}
+
+# CoreDNS with only the plugins deploy/local/coredns/main.go imports (no forward: nothing leaves the machine).
+build_coredns() {
+  mkdir -p "$WORK/coredns" && cd "$WORK/coredns"
+  cp "$HERE/coredns/main.go" .
+  go mod init local/coredns >/dev/null 2>&1
+  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$STAGE/coredns" .
+}
+
+# First lines via parameter expansion, not `| head -1`: under pipefail, head closing the pipe early
+# kills the writer with SIGPIPE (exit 141) and with it a finished build.
+first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }
+
+if [ "$MODE" = node ]; then
+  log "building the real node's kubelet and CoreDNS ($KEY) from the Go module proxy; log: $BUILD_LOG"
+  stage "coredns-$COREDNS_VERSION" 360 build_coredns
+  stage "kubelet-$K8S_VERSION" 720 build_kubelet
+  for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
+  {
+    first_line "$STAGE/kubelet" --version
+    first_line "$STAGE/coredns" -version
+  } >"$STAGE/versions.txt"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
+  rm -rf "$BIN_DIR"
+  mv -T "$STAGE" "$BIN_DIR"
+  log "built in $(($(date +%s) - START))s"
+  echo "$BIN_DIR"
+  exit 0
+fi
 
 log "building the local control plane ($KEY) from the Go module proxy; log: $BUILD_LOG"
 stage "etcd-$ETCD_VERSION" 90 build_etcd
@@ -150,9 +208,6 @@ stage "kwok-$KWOK_VERSION" 90 build_kwok
 stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
 
 for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
-# First lines via parameter expansion, not `| head -1`: under pipefail, head closing the pipe early
-# kills the writer with SIGPIPE (exit 141) and with it a finished build.
-first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }
 {
   first_line "$STAGE/etcd" --version
   first_line "$STAGE/kube-apiserver" --version

@@ -1,0 +1,122 @@
+"""Launcher restarts per MPIJob at the default launcherCreationPolicy (AtStartup) on the real node, per
+MPI implementation: the input of the launcher-readiness issue (16).
+
+Starts its own cluster with the real node (`localcluster --tier real`, no kwok nodes), installs
+deploy/base-no-operator, runs the operator as its own process under the mpi-operator ServiceAccount, then
+runs `--jobs` pi jobs per implementation one after the other (upstream's e2e base job, 2 workers, one rank
+each) and prints, per implementation, the launcher restarts of each job (container restarts + extra
+launcher pods) and the submit-to-Succeeded time; finally the node's memory (RSS of kubelet, containerd,
+CoreDNS, the shims). Printed, not asserted. Needs root. Usage:
+
+    .venv/bin/python benchmarks/node_restarts.py --jobs 3
+    .venv/bin/python benchmarks/node_restarts.py --jobs 3 --policy WaitForWorkersReady
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+
+from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
+from localcluster.realnode import node_rss_bytes  # noqa: E402
+from reconcile.kube import Kube  # noqa: E402
+from tests.e2e.conftest import E2E, OperatorProcess, condition_is, kubectl  # noqa: E402
+from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
+
+
+def running(pods: list[dict]) -> int:
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=3, help="jobs per implementation")
+    parser.add_argument("--impl", action="append", choices=list(IMPLS), help="default: all")
+    parser.add_argument("--policy", default="AtStartup", choices=("AtStartup", "WaitForWorkersReady"))
+    args = parser.parse_args()
+    impls = args.impl or list(IMPLS)
+
+    began = time.monotonic()
+    cluster = LocalCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
+    cluster.start()
+    print(f"cluster with the real node up in {time.monotonic() - began:.1f}s", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="node-bench-"))
+    op = OperatorProcess(cluster, work / "operator.log")
+    results: dict[str, list[tuple[int, float, bool]]] = {}
+    rss: dict[str, int] = {}
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        with contextlib.closing(cluster.api_client()) as admin:
+            wait_for_crds(admin, ["mpijobs.kubeflow.org"])
+        op.start()
+        api = cluster.api_client()
+        core = client.CoreV1Api(api)
+        for impl in impls:
+            for i in range(args.jobs):
+                ns = f"bench-{impl}-{i}"
+                core.create_namespace({"metadata": {"name": ns}})
+                wait_for_default_service_account(core, ns)
+                e2e = E2E(cluster, Kube(api, qps=0), ns, op)
+                body = node_job(impl)
+                if args.policy != "AtStartup":
+                    body["spec"]["launcherCreationPolicy"] = args.policy
+                t0 = time.monotonic()
+                e2e.submit(body)
+                if not rss:  # the node's memory while the first job's pods run
+                    with contextlib.suppress(AssertionError):
+                        e2e.wait_for(
+                            lambda e=e2e: len(e.workers("pi")) == 2 and e.launcher_pods("pi"), "pods", 30
+                        )
+                    rss = node_rss_bytes(cluster)
+                job = e2e.wait_finished("pi", timeout=300)
+                took = time.monotonic() - t0
+                ok = condition_is(job, "Succeeded")
+                restarts = launcher_restarts(e2e.launcher_pods("pi"))
+                if ok:  # the program's own output: one rank per worker
+                    pods = e2e.launcher_pods("pi")
+                    newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+                    log = kubectl(cluster, "logs", "-n", ns, newest["metadata"]["name"])
+                    ok = rank_hosts(log) == {0: "pi-worker-0", 1: "pi-worker-1"}
+                results.setdefault(impl, []).append((restarts, took, ok))
+                print(
+                    f"{impl:16} job {i}: restarts {restarts}  {took:5.1f}s  {'ok' if ok else 'FAILED'}",
+                    flush=True,
+                )
+                if i == 0 and impl == impls[0]:
+                    rss = node_rss_bytes(cluster)
+                core.delete_namespace(ns)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and core.list_namespaced_pod(ns).items:
+                    time.sleep(0.5)
+        api.close()
+    finally:
+        op.stop()
+        cluster.stop()
+    print(f"\nlauncher restarts per job at {args.policy} (and submit-to-finished time):")
+    for impl, rows in results.items():
+        restarts = [r for r, _, _ in rows]
+        times = [t for _, t, _ in rows]
+        fails = sum(1 for *_, ok in rows if not ok)
+        print(
+            f"  {impl:16} restarts {restarts} (mean {statistics.mean(restarts):.1f})  "
+            f"time median {statistics.median(times):.1f}s max {max(times):.1f}s  failed {fails}/{len(rows)}"
+        )
+    print("node RSS while a job ran: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in rss.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

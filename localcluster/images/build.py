@@ -1,0 +1,456 @@
+"""The real node's images, built from Debian packages (and PyPI's impi-rt) without a registry.
+
+One debootstrap (minbase) tree is the shared base layer; each MPI image adds one layer, made by running
+its recipe in a chroot of an overlayfs over the base (the upper dir is the layer). Everything is cached
+under <cache>/<key>, the key hashing every input (recipes, scripts, sources, pinned versions), so a warm
+call only checks stamps. Needs root (debootstrap, mounts, chroot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+from localcluster.binaries import REPO_ROOT
+from localcluster.images import oci
+
+IMAGES_DIR = REPO_ROOT / "deploy" / "local" / "images"
+SUITE = "bookworm"
+BASE_PACKAGES = ("openssh-server", "openssh-client")
+BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
+IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
+IMPI_PREFIX = "/opt/intel/mpi"
+PAUSE_IMAGE = "localhost/pause:local"
+# The name deploy/kustomization.yaml gives the operator's image, so `kubectl apply -k deploy/` runs it as is.
+OPERATOR_IMAGE = "docker.io/library/mpijob-operator:0.1.0"
+OPERATOR_SOURCES = ("pyproject.toml", "render", "reconcile")  # what the wheel holds (README: text only)
+# Part of every cache key: bump it when a change to this module changes what an image contains (the
+# module's own text is not hashed, so unrelated edits do not rebuild every image).
+RECIPE_REV = 1
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def cache_root() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mpijob-operator" / "images"
+    return Path(os.environ.get("MPIJOB_IMAGES_CACHE", default))
+
+
+def log(msg: str) -> None:
+    print(f"images: {msg}", file=sys.stderr, flush=True)
+
+
+@attrs.frozen
+class Recipe:
+    """One MPI image: Debian packages and a shell script run in the chroot, plus the image config."""
+
+    name: str  # the image reference pods use
+    packages: tuple[str, ...] = ()
+    pi: str = ""  # which build of pi.c goes to /home/mpiuser/pi: "openmpi" | "mpich"
+    script: str = ""
+    env: tuple[str, ...] = (f"PATH={SYSTEM_PATH}",)
+    entrypoint: tuple[str, ...] = ()
+    impi: bool = False  # unpack PyPI's impi-rt under IMPI_PREFIX
+
+
+_ENTRYPOINT = (
+    "install -m 0755 /tmp/build/entrypoint.sh /entrypoint.sh\n"
+    # getent answers from cluster DNS; no dnsutils needed.
+)
+_INTEL_ENV = (
+    f"PATH={IMPI_PREFIX}/bin:{SYSTEM_PATH}",
+    f"LD_LIBRARY_PATH={IMPI_PREFIX}/lib",
+    f"I_MPI_ROOT={IMPI_PREFIX}",
+)
+_INTEL_SCRIPT = (
+    # pi is built against Debian's MPICH (same ABI as Intel MPI): give Intel's libmpi its MPICH soname.
+    f"ln -s libmpi.so.12 {IMPI_PREFIX}/lib/libmpich.so.12\n"
+    # ssh sessions (hydra's proxies on the workers) get the same PATH and libraries as the image.
+    "env_line='SetEnv " + " ".join(_INTEL_ENV) + "'\n"
+    'echo "$env_line" >>/etc/ssh/sshd_config\n'
+    'echo "$env_line" >>/home/mpiuser/.sshd_config\n'
+)
+
+RECIPES: dict[str, Recipe] = {
+    "openmpi": Recipe(name="localhost/mpi-pi:openmpi", packages=("openmpi-bin",), pi="openmpi"),
+    "mpich": Recipe(
+        name="localhost/mpi-pi:mpich",
+        packages=("mpich",),
+        pi="mpich",
+        script=_ENTRYPOINT,
+        entrypoint=("/entrypoint.sh",),
+    ),
+    "intel": Recipe(
+        name="localhost/mpi-pi:intel",
+        # libgomp etc. are not needed; Intel's runtime only wants what the base has.
+        pi="mpich",
+        script=_ENTRYPOINT + _INTEL_SCRIPT,
+        env=_INTEL_ENV,
+        entrypoint=("/entrypoint.sh",),
+        impi=True,
+    ),
+}
+# The implementations `localcluster images` lists: root and non-root Open MPI share one image, as upstream's.
+IMPLEMENTATIONS = {"openmpi": "openmpi", "openmpi-nonroot": "openmpi", "mpich": "mpich", "intel": "intel"}
+
+
+def image_names() -> dict[str, str]:
+    return {impl: RECIPES[recipe].name for impl, recipe in IMPLEMENTATIONS.items()}
+
+
+# -- cache keys ------------------------------------------------------------------------------------
+def _inputs_hash(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+        h.update(b"\0")
+    h.update(f"rev {RECIPE_REV}".encode())
+    for path in [*sorted(IMAGES_DIR.iterdir()), Path(oci.__file__)]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def mirror() -> str:
+    """The Debian mirror apt already uses on this machine (MPIJOB_DEBIAN_MIRROR overrides)."""
+    if env := os.environ.get("MPIJOB_DEBIAN_MIRROR"):
+        return env
+    sources = [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]
+    for path in sources:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"] and len(words) > 1 and "security" not in words[1]:
+                return words[1]
+            if words[:1] == ["deb"] and len(words) > 2 and "security" not in words[-2]:
+                url = next(w for w in words[1:] if "://" in w)
+                return url
+    raise RuntimeError("no Debian mirror found in apt's sources; set MPIJOB_DEBIAN_MIRROR")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One builder per cache entry on the machine; a second caller waits, then finds the stamp."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _run(argv: list[str], **kw: object) -> None:
+    subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
+
+
+# -- chroot builds over an overlay of the base ------------------------------------------------------
+_OVERLAY_SH = r"""
+set -eu
+mount -t overlay overlay -o "lowerdir=$LOWER,upperdir=$UPPER,workdir=$WORKDIR" "$MERGED"
+mount -t proc proc "$MERGED/proc"
+mount -t tmpfs -o mode=755 tmpfs "$MERGED/dev"
+for d in null zero full random urandom tty; do
+  touch "$MERGED/dev/$d"
+  mount --bind "/dev/$d" "$MERGED/dev/$d"
+done
+mkdir "$MERGED/dev/pts"
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$MERGED/dev/pts"
+ln -s pts/ptmx "$MERGED/dev/ptmx"
+mount -t tmpfs tmpfs "$MERGED/tmp"
+mkdir -p "$MERGED/tmp/build"
+mount --bind "$INPUT" "$MERGED/tmp/build"
+cp /etc/resolv.conf "$MERGED/etc/resolv.conf"
+chroot "$MERGED" /bin/sh -eu /tmp/build/recipe.sh
+rm -f "$MERGED/etc/resolv.conf"
+"""
+
+
+def _chroot_build(lower: Path, upper: Path, input_dir: Path, script: str) -> None:
+    """Run script in a chroot of lower+upper (overlayfs) in a private mount namespace, so every mount
+    goes away with the namespace, also if we are killed. input_dir is visible at /tmp/build."""
+    (input_dir / "recipe.sh").write_text(script)
+    with tempfile.TemporaryDirectory(dir=upper.parent, prefix=".overlay-") as tmp:
+        merged, work = Path(tmp) / "merged", Path(tmp) / "work"
+        merged.mkdir()
+        work.mkdir()
+        env = dict(
+            os.environ,
+            LOWER=str(lower),
+            UPPER=str(upper),
+            WORKDIR=str(work),
+            MERGED=str(merged),
+            INPUT=str(input_dir),
+            DEBIAN_FRONTEND="noninteractive",
+            LC_ALL="C",
+        )
+        _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _OVERLAY_SH], env=env)
+
+
+def _apt_script(packages: tuple[str, ...]) -> str:
+    if not packages:
+        return ""
+    return (
+        "apt-get update -qq\n"
+        f"apt-get install -y -qq --no-install-recommends {' '.join(packages)} >/dev/null\n"
+        "apt-get clean\n"
+        "rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log\n"
+    )
+
+
+# -- the pieces ------------------------------------------------------------------------------------
+def build_base(root: Path) -> tuple[Path, oci.Layer]:
+    """debootstrap --variant=minbase + base.sh; returns (rootfs, its layer)."""
+    key = _inputs_hash("base", SUITE, BASE_PACKAGES)
+    out = root / f"base-{key}"
+    layer_path = out / "layer.tar"
+    with _locked(root / f"base-{key}.lock"):
+        if not (out / ".complete").exists():
+            began = time.monotonic()
+            log(f"Debian {SUITE} base (debootstrap minbase + ssh; ~5 min cold, ~100 MB of packages)")
+            shutil.rmtree(out, ignore_errors=True)
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=".base-"))
+            rootfs = stage / "rootfs"
+            _run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(BASE_PACKAGES)}",
+                    SUITE,
+                    str(rootfs),
+                    mirror(),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            shutil.copy(IMAGES_DIR / "base.sh", rootfs / "base.sh")
+            chroot_env = {"PATH": SYSTEM_PATH, "LC_ALL": "C"}
+            _run(["chroot", str(rootfs), "/bin/sh", "-eu", "/base.sh"], env=chroot_env)
+            (rootfs / "base.sh").unlink()
+            oci.write_layer(rootfs, stage / "layer.tar")
+            (stage / ".complete").touch()
+            stage.rename(out)
+            log(f"base built in {time.monotonic() - began:.0f}s")
+    return out / "rootfs", _layer(layer_path)
+
+
+def _layer(path: Path) -> oci.Layer:
+    digest_file = path.with_suffix(".digest")
+    if not digest_file.exists():
+        digest, _ = oci._sha256(path)
+        digest_file.write_text(digest)
+    return oci.Layer(path=path, digest=digest_file.read_text().strip(), size=path.stat().st_size)
+
+
+def build_pi(root: Path, base: Path) -> Path:
+    """pi.c compiled with Debian's Open MPI and MPICH in a throw-away builder chroot."""
+    key = _inputs_hash("pi", SUITE, BUILDER_PACKAGES)
+    out = root / f"pi-{key}"
+    with _locked(root / f"pi-{key}.lock"):
+        if not (out / ".complete").exists():
+            began = time.monotonic()
+            log("pi program (builder chroot with gcc, Open MPI and MPICH; ~2 min cold)")
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=".pi-"))
+            upper, inp = stage / "upper", stage / "input"
+            upper.mkdir()
+            inp.mkdir()
+            shutil.copy(IMAGES_DIR / "pi.c", inp / "pi.c")
+            _chroot_build(
+                base,
+                upper,
+                inp,
+                _apt_script(BUILDER_PACKAGES)
+                + "mpicc.openmpi -O2 -o /tmp/build/pi-openmpi /tmp/build/pi.c\n"
+                + "mpicc.mpich -O2 -o /tmp/build/pi-mpich /tmp/build/pi.c\n",
+            )
+            out.mkdir(exist_ok=True)
+            for impl in ("openmpi", "mpich"):
+                shutil.copy(inp / f"pi-{impl}", out / f"pi-{impl}")
+            shutil.rmtree(stage)
+            (out / ".complete").touch()
+            log(f"pi built in {time.monotonic() - began:.0f}s")
+    return out
+
+
+def _impi_tree(dest: Path) -> None:
+    """PyPI's impi-rt wheel, unpacked as an install prefix (its data dir); identical files hard-linked."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, IMPI_REQUIREMENT],
+            stdout=subprocess.DEVNULL,
+        )
+        (wheel,) = Path(tmp).glob("*.whl")
+        seen: dict[str, Path] = {}
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                parts = info.filename.split("/")
+                if len(parts) < 4 or not parts[0].endswith(".data") or parts[1] != "data" or info.is_dir():
+                    continue
+                target = dest.joinpath(*parts[2:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = zf.read(info)
+                digest = hashlib.sha256(data).hexdigest()
+                if digest in seen:
+                    os.link(seen[digest], target)
+                    continue
+                target.write_bytes(data)
+                mode = (info.external_attr >> 16) & 0o777
+                target.chmod(mode or 0o644)
+                seen[digest] = target
+
+
+def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir: Path) -> Path:
+    recipe = RECIPES[impl]
+    key = _inputs_hash("image", SUITE, recipe, IMPI_REQUIREMENT if recipe.impi else "")
+    out = root / f"{impl}-{key}"
+    archive = out / "image.tar"
+    with _locked(root / f"{impl}-{key}.lock"):
+        if not (out / ".complete").exists():
+            began = time.monotonic()
+            what = "PyPI impi-rt" if recipe.impi else f"Debian {', '.join(recipe.packages)}"
+            log(f"image {recipe.name} ({what}; ~1-2 min cold)")
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=f".{impl}-"))
+            upper, inp = stage / "upper", stage / "input"
+            upper.mkdir()
+            inp.mkdir()
+            shutil.copy(IMAGES_DIR / "entrypoint.sh", inp / "entrypoint.sh")
+            shutil.copy(pi_dir / f"pi-{recipe.pi}", inp / "pi")
+            script = _apt_script(recipe.packages)
+            if recipe.impi:
+                _impi_tree(inp / "impi")
+                script += f"mkdir -p {IMPI_PREFIX}\ncp -a /tmp/build/impi/. {IMPI_PREFIX}/\n"
+            script += "install -m 0755 -o mpiuser -g mpiuser /tmp/build/pi /home/mpiuser/pi\n" + recipe.script
+            _chroot_build(base, upper, inp, script)
+            layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
+            config = oci.ImageConfig(
+                env=recipe.env, entrypoint=recipe.entrypoint, working_dir="/home/mpiuser"
+            )
+            digest = oci.write_archive(recipe.name, [base_layer, layer], config, stage / "image.tar")
+            (stage / "digest").write_text(digest)
+            layer.path.unlink()
+            shutil.rmtree(upper)
+            shutil.rmtree(inp)
+            (stage / ".complete").touch()
+            stage.rename(out)
+            log(f"{recipe.name} built in {time.monotonic() - began:.0f}s")
+    return archive
+
+
+def build_pause(root: Path) -> Path:
+    """A scratch image holding only a static pause binary: the pods' sandbox image."""
+    key = _inputs_hash("pause")
+    out = root / f"pause-{key}"
+    with _locked(root / f"pause-{key}.lock"):
+        if not (out / ".complete").exists():
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=".pause-"))
+            tree = stage / "tree"
+            tree.mkdir()
+            _run(["gcc", "-static", "-Os", "-s", "-o", str(tree / "pause"), str(IMAGES_DIR / "pause.c")])
+            layer = oci.write_layer(tree, stage / "layer.tar")
+            config = oci.ImageConfig(env=(), entrypoint=("/pause",))
+            digest = oci.write_archive(PAUSE_IMAGE, [layer], config, stage / "image.tar")
+            (stage / "digest").write_text(digest)
+            layer.path.unlink()
+            shutil.rmtree(tree)
+            (stage / ".complete").touch()
+            shutil.rmtree(out, ignore_errors=True)
+            stage.rename(out)
+    return out / "image.tar"
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for name in OPERATOR_SOURCES:
+        top = REPO_ROOT / name
+        for path in sorted([top] if top.is_file() else top.rglob("*.py")):
+            h.update(str(path.relative_to(REPO_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
+    """The operator as deploy/Dockerfile describes it, from the same Debian base (no registry): Debian's
+    Python 3.11, a venv with the project's wheel and its PyPI dependencies, uid 65532."""
+    key = _inputs_hash("operator", SUITE, _sources_hash())
+    out = root / f"operator-{key}"
+    with _locked(root / f"operator-{key}.lock"):
+        if not (out / ".complete").exists():
+            began = time.monotonic()
+            log(f"image {OPERATOR_IMAGE} (Debian python3, the project's wheel and its PyPI dependencies)")
+            stage = Path(tempfile.mkdtemp(dir=root, prefix=".operator-"))
+            upper, inp = stage / "upper", stage / "input"
+            upper.mkdir()
+            inp.mkdir()
+            # Everything is fetched on the host with its pip (PyPI as configured here); the chroot installs
+            # offline from those wheels.
+            pip = [sys.executable, "-m", "pip"]
+            _run(
+                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)], stdout=subprocess.DEVNULL
+            )
+            (wheel,) = inp.glob("*.whl")
+            _run(
+                [
+                    *pip,
+                    "download",
+                    "-q",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(inp),
+                    str(wheel),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            script = _apt_script(("python3", "python3-venv")) + (
+                "python3 -m venv /opt/mpijob-operator\n"
+                "/opt/mpijob-operator/bin/pip install -q --no-index --find-links /tmp/build"
+                f" /tmp/build/{wheel.name}\n"
+                "groupadd --gid 65532 mpi-operator\n"
+                "useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
+                " --shell /usr/sbin/nologin mpi-operator\n"
+                "find /opt/mpijob-operator -name __pycache__ -prune -exec rm -rf {} +\n"
+            )
+            _chroot_build(base, upper, inp, script)
+            layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
+            config = oci.ImageConfig(
+                env=(f"PATH=/opt/mpijob-operator/bin:{SYSTEM_PATH}", "PYTHONUNBUFFERED=1"),
+                entrypoint=("/opt/mpijob-operator/bin/mpijob-operator",),
+                user="65532:65532",
+                working_dir="/",
+            )
+            digest = oci.write_archive(OPERATOR_IMAGE, [base_layer, layer], config, stage / "image.tar")
+            (stage / "digest").write_text(digest)
+            layer.path.unlink()
+            shutil.rmtree(upper)
+            shutil.rmtree(inp)
+            (stage / ".complete").touch()
+            stage.rename(out)
+            log(f"{OPERATOR_IMAGE} built in {time.monotonic() - began:.0f}s")
+    return out / "image.tar"
+
+
+def archive_digest(archive: Path) -> str:
+    """The manifest digest of a built archive (what containerd lists for the imported image)."""
+    return (archive.parent / "digest").read_text().strip()
+
+
+def build_all(root: Path | None = None) -> dict[str, Path]:
+    """Build (or find in the cache) every image; returns image name -> archive."""
+    root = root or cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    archives = {PAUSE_IMAGE: build_pause(root)}
+    base, base_layer = build_base(root)
+    pi_dir = build_pi(root, base)
+    for impl, recipe in RECIPES.items():
+        archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
+    archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
+    return archives

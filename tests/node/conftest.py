@@ -1,0 +1,122 @@
+"""L4 fixtures: a local cluster with one real node (`localcluster --tier real`: kubelet, containerd,
+CoreDNS, real images, no kwok nodes), deploy/base-no-operator applied, and the operator as its own process
+under the mpi-operator ServiceAccount. Needs root; a machine that cannot run the node fails the tier
+with the reason (never skips it), except with --skip-cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import ClusterSpec, LocalCluster
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from reconcile.kube import POD, Kube
+from tests.conftest import SKIP_ENV, _skip_cluster
+from tests.e2e.conftest import E2E, REPO, OperatorProcess, kubectl, name_of
+from tests.node.jobs import launcher_restarts
+
+JOB_TIMEOUT = 240.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "node_e2e" in getattr(item, "fixturenames", ()) and item.get_closest_marker("l4") is None:
+            item.add_marker(pytest.mark.l4)
+        if _skip_cluster(config) and item.get_closest_marker("l4"):
+            item.add_marker(pytest.mark.skip(reason=f"--skip-cluster or {SKIP_ENV}=1 given"))
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
+    began = time.monotonic()
+    cluster.start()  # NodeUnavailable / BinariesMissing: the tier errors with the reason
+    print(f"\n[localcluster] real node ready in {time.monotonic() - began:.1f}s")
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        with contextlib.closing(cluster.api_client()) as api:
+            wait_for_crds(api, ["mpijobs.kubeflow.org"])
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def node_operator(
+    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+class NodeE2E(E2E):
+    """E2E helpers plus what only a real node has: logs and processes."""
+
+    def launcher_log(self, job: str) -> str:
+        pods = self.launcher_pods(job)
+        assert pods, f"no launcher pod of {job}\n{self.describe(job)}"
+        newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest))
+
+    def restarts(self, job: str) -> int:
+        return launcher_restarts(self.launcher_pods(job))
+
+    def run(self, body: dict, timeout: float = JOB_TIMEOUT) -> tuple[dict, str]:
+        """Submit, wait until finished, return (MPIJob, the launcher's log)."""
+        name = body["metadata"]["name"]
+        self.submit(body)
+        job = self.wait_finished(name, timeout)
+        print(f"[l4] {name}: launcher restarts {self.restarts(name)}")
+        return job, self.launcher_log(name)
+
+
+@pytest.fixture
+def node_e2e(
+    request: pytest.FixtureRequest, real_cluster: LocalCluster, node_operator: OperatorProcess
+) -> Iterator[NodeE2E]:
+    from kubernetes import client
+
+    if not node_operator.alive():
+        node_operator.start(*node_operator.flags_now)
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    ns = f"n-{slug}-{secrets.token_hex(3)}"
+    api = real_cluster.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns, "labels": {"mpijob.dev/test": "true"}}})
+    wait_for_default_service_account(core, ns)
+    e2e = NodeE2E(real_cluster, Kube(api, qps=0), ns, node_operator)
+    try:
+        yield e2e
+    finally:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(ns, propagation_policy="Foreground")
+        # Next test starts on an empty node: wait until this namespace's pods are gone.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and e2e.kube.list(POD, ns)["items"]:
+            time.sleep(0.5)
+        api.close()
+
+
+def sshd_processes() -> list[int]:
+    """sshd processes running in the real node's pod cgroups."""
+    from localcluster.realnode import host
+
+    out = subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True, check=False).stdout
+    pids = []
+    for pid in out.split():
+        with contextlib.suppress(OSError):
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+            if f"/{host.CGROUP_ROOT}/" in cgroups:
+                pids.append(int(pid))
+    return pids

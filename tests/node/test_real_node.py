@@ -1,0 +1,115 @@
+"""L4: upstream's e2e scenarios that need real pods, on the real node. Every scenario checks the ranks'
+hosts as the MPI program itself reports them (the launcher's log), not just the MPIJob's condition."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.e2e.conftest import condition_is, conditions
+from tests.node.conftest import NodeE2E, sshd_processes
+from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
+
+pytestmark = pytest.mark.l4
+
+
+def assert_pi(log: str, expected_hosts: dict[int, str]) -> None:
+    assert rank_hosts(log) == expected_hosts, log
+    value = pi_value(log)
+    assert value is not None and abs(value - 3.14159) < 0.01, log
+
+
+@pytest.mark.parametrize("impl", ["openmpi", "openmpi-nonroot", "mpich", "intel"])
+def test_pi_one_rank_per_worker(node_e2e: NodeE2E, impl: str) -> None:
+    job, log = node_e2e.run(node_job(impl))
+    assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
+    assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
+
+
+@pytest.mark.parametrize("impl", ["openmpi-nonroot", "intel"])
+def test_two_slots_per_worker(node_e2e: NodeE2E, impl: str) -> None:
+    body = node_job(impl, slotsPerWorker=2)
+    set_mpirun_args(body, "-n", "4", "/home/mpiuser/pi")
+    job, log = node_e2e.run(body)
+    assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
+    hosts = rank_hosts(log)
+    assert sorted(hosts) == [0, 1, 2, 3], log
+    # Each host's slots are filled in hostfile order.
+    assert hosts == {0: "pi-worker-0", 1: "pi-worker-0", 2: "pi-worker-1", 3: "pi-worker-1"}, log
+
+
+@pytest.mark.parametrize("impl", ["openmpi", "mpich", "intel"])
+def test_run_launcher_as_worker(node_e2e: NodeE2E, impl: str) -> None:
+    body = node_job(impl, workers=1, runLauncherAsWorker=True)
+    job, log = node_e2e.run(body)
+    assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
+    # The launcher's hostfile line comes first: rank 0 runs on the launcher itself.
+    assert_pi(log, {0: "pi-launcher", 1: "pi-worker-0"})
+
+
+def test_failing_program_exit_code_reaches_status(node_e2e: NodeE2E) -> None:
+    # No retries here, so the launcher must not start before the workers' DNS names exist (the known
+    # race at AtStartup, which otherwise fails this job for the wrong reason): WaitForWorkersReady.
+    body = node_job(
+        "openmpi-nonroot", run_policy={"backoffLimit": 0}, launcherCreationPolicy="WaitForWorkersReady"
+    )
+    body["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
+    set_mpirun_args(body, "-n", "2", "/home/mpiuser/pi", "3")
+    job, log = node_e2e.run(body)
+    failed = conditions(job).get("Failed")
+    assert failed and failed["status"] == "True", node_e2e.describe("pi")
+    # The program really ran on both workers before failing, and mpirun's exit code is in the status.
+    assert rank_hosts(log) == {0: "pi-worker-0", 1: "pi-worker-1"}, log
+    assert "exited with code 3" in failed.get("message", ""), failed
+
+
+def test_cleanup_after_success(node_e2e: NodeE2E) -> None:
+    job, log = node_e2e.run(node_job("openmpi-nonroot"))
+    assert condition_is(job, "Succeeded")
+    assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
+    # cleanPodPolicy Running: no worker pod, and no sshd left on the node once the job is done.
+    node_e2e.wait_for(lambda: not node_e2e.workers("pi"), "worker pods deleted", 60, "pi")
+    node_e2e.wait_for(lambda: not sshd_processes(), "no sshd in the node's pods", 60, "pi")
+
+
+def test_second_real_node_is_refused_and_leaves_the_first_alone(node_e2e: NodeE2E) -> None:
+    from localcluster import ClusterSpec, LocalCluster
+    from localcluster.realnode import NodeBusy
+
+    second = LocalCluster(ClusterSpec(tier="real", nodes=0))
+    with pytest.raises(NodeBusy, match=r"already running on this machine.*localcluster down --tier real"):
+        second.start()  # its control plane comes up, then the node is refused; start() stops it again
+    shutil.rmtree(second.work_dir, ignore_errors=True)  # a failed start keeps its logs; not wanted here
+    # The session's node is untouched: a job still runs on it.
+    job, log = node_e2e.run(node_job("openmpi"))
+    assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
+    assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
+
+
+def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
+    """deploy/ as users apply it (restricted Pod Security, probes, RBAC as shipped), with the operator's
+    image built here from the same Debian base; the process operator steps aside meanwhile."""
+    import time
+
+    from localcluster.images.build import OPERATOR_IMAGE
+    from tests.e2e.conftest import REPO, kubectl
+
+    cluster, op = node_e2e.cluster, node_e2e.operator
+    op.stop()
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy"))
+        ns = ["-n", "mpi-operator"]
+        out = kubectl(cluster, *ns, "rollout", "status", "deploy/mpi-operator", "--timeout=120s")
+        assert "successfully rolled out" in out
+        image = kubectl(cluster, *ns, "get", "deploy/mpi-operator", "-o", "jsonpath={..image}")
+        assert image.replace("docker.io/library/", "") == OPERATOR_IMAGE.replace("docker.io/library/", "")
+        node_e2e.submit(node_job("openmpi-nonroot"))
+        deadline = time.monotonic() + 180
+        while not condition_is(node_e2e.get("pi"), "Succeeded"):
+            assert time.monotonic() < deadline, node_e2e.describe("pi")
+            time.sleep(0.5)
+        assert_pi(node_e2e.launcher_log("pi"), {0: "pi-worker-0", 1: "pi-worker-1"})
+    finally:
+        kubectl(cluster, "-n", "mpi-operator", "delete", "deployment", "mpi-operator", "--wait=true")
+        op.start(*op.flags_now)

@@ -180,3 +180,11 @@ def processed_after_nudge(
     wait_for(
         synced, f"the operator to process MPIJob {namespace}/{name} at resourceVersion {wanted}", timeout
     )
+
+
+def has_condition(obj: dict[str, Any], ctype: str, status: str = "True", reason: str | None = None) -> bool:
+    """Whether ``obj``'s status has condition ``ctype`` with ``status`` (and ``reason``, if given)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c.get("status") == status and (reason is None or c.get("reason") == reason)
+    return False

@@ -17,9 +17,10 @@ import pytest
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.operator import OperatorRunner
 from reconcile.kube import POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.conftest import E2E, REPO, OperatorProcess, kubectl, name_of
+from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
 from tests.node.jobs import launcher_restarts
 
 JOB_TIMEOUT = 240.0
@@ -51,8 +52,8 @@ def real_cluster() -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def node_operator(
     real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log")
+) -> Iterator[OperatorRunner]:
+    op = operator_runner(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log")
     op.start()
     try:
         yield op
@@ -83,12 +84,12 @@ class NodeE2E(E2E):
 
 @pytest.fixture
 def node_e2e(
-    request: pytest.FixtureRequest, real_cluster: LocalCluster, node_operator: OperatorProcess
+    request: pytest.FixtureRequest, real_cluster: LocalCluster, node_operator: OperatorRunner
 ) -> Iterator[NodeE2E]:
     from kubernetes import client
 
     if not node_operator.alive():
-        node_operator.start(*node_operator.flags_now)
+        node_operator.start()
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     ns = f"n-{slug}-{secrets.token_hex(3)}"
     api = real_cluster.api_client()

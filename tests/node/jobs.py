@@ -1,4 +1,4 @@
-"""MPIJobs for the real node: upstream's e2e base job (tests/e2e/conftest.py `pi_job`) with the local
+"""MPIJobs for the real node: upstream's e2e base job (tests/utils.py `pi_job`) with the local
 images, requests that fit the machine (2 CPUs), and readers for the program's own output."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from localcluster.images.build import image_names
 from localcluster.realnode import NODE_LABEL
-from tests.e2e.conftest import pi_job
+from tests.utils import pi_job
 
 IMPLS = {"openmpi": "OpenMPI", "openmpi-nonroot": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 # Launcher and workers together must fit 2 CPUs (the machine's real capacity).

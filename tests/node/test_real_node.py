@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.e2e.conftest import condition_is, conditions
+from tests.e2e.support import condition_is, conditions
 from tests.node.conftest import NodeE2E, sshd_processes
 from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
 
@@ -93,7 +93,7 @@ def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
     import time
 
     from localcluster.images.build import OPERATOR_IMAGE
-    from tests.e2e.conftest import REPO, kubectl
+    from tests.e2e.support import REPO, kubectl
 
     cluster, op = node_e2e.cluster, node_e2e.operator
     op.stop()
@@ -112,4 +112,4 @@ def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
         assert_pi(node_e2e.launcher_log("pi"), {0: "pi-worker-0", 1: "pi-worker-1"})
     finally:
         kubectl(cluster, "-n", "mpi-operator", "delete", "deployment", "mpi-operator", "--wait=true")
-        op.start(*op.flags_now)
+        op.start()

@@ -101,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         config = Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
         children, statuses, errors = [], [], []
-        for mpijob in mpijobs:  # a stream renders every MPIJob in it; errors name the job when several
+        for index, mpijob in enumerate(mpijobs):  # a stream renders every MPIJob; errors name the job
             try:
                 kids, st = run(mpijob, objects, now, key, config)
             except ValidationError as exc:
-                prefix = f"{_job_name(mpijob)}: " if len(mpijobs) > 1 else ""
+                prefix = f"{_job_name(mpijob, index)}: " if len(mpijobs) > 1 else ""
                 errors += [prefix + line for line in exc.lines()]
                 continue
             children += kids
@@ -154,11 +154,12 @@ def _is_list(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list)
 
 
-def _job_name(obj: object) -> str:
+def _job_name(obj: object, index: int) -> str:
+    """namespace/name, or the item's position in the stream when it has no name."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if isinstance(meta, dict):
-        return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-    return "?"
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        return quote(f"{meta.get('namespace', 'default')}/{meta['name']}")[1:-1]  # escaped, one line
+    return f"item {index}"
 
 
 if __name__ == "__main__":

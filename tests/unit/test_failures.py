@@ -21,7 +21,7 @@ from reconcile.metrics import Metrics
 from render import Config, Observed
 from render.observed import CreateFailure
 from tests.unit.fakes import FakeKube
-from tests.unit.render_helpers import BASE, KEY, NOW
+from tests.unit.render_helpers import BASE, KEY, NOW, created_children
 from tests.unit.test_executor import FakeDynamic
 
 # ------------------------------------------------------------------------------------------- executor
@@ -190,7 +190,7 @@ def test_a_transient_refusal_is_created_false_until_it_clears():
     assert not any(c["type"] == "Failed" for c in st["conditions"])
     j = _job()
     j["status"] = st
-    cleared = render.status(j, _observed(None), Config())
+    cleared = render.status(j, _observed(None, created_children()), Config())  # the retry created them
     assert _cond(cleared, "Created")["status"] == "True"
 
 

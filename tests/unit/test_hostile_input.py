@@ -199,8 +199,11 @@ def test_cli_exits_2_with_one_line_per_error(tmp_path):
     assert code == 2 and err.count("\n") >= 1
     code, _, err = run_cli([str(path), "--cluster-domain", "d" * 64])
     assert code == 2
-    code, _, err = run_cli(["-"], stdin="[1, 2]")
-    assert code == 2 and err.startswith("<root>: ")
+    code, _, err = run_cli(["-"], stdin="[1, 2]")  # a YAML list is a stream of two MPIJobs
+    assert code == 2 and err.splitlines() == [
+        "item 0: <root>: Invalid value: number: must be an object",
+        "item 1: <root>: Invalid value: number: must be an object",
+    ]
 
 
 def test_cli_never_tracebacks(tmp_path):

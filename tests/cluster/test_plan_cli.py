@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import tests.cluster.test_operator as base
 from reconcile.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
-from tests.cluster.test_operator import REPO, create_mpijob, has_condition, mpijob, wait_for
-
-kube = base.kube
-mpijob_crd = base.mpijob_crd
-start_operator = base.start_operator
+from tests.utils import REPO, pi_job, wait_for
 
 pytestmark = pytest.mark.l1
 
@@ -27,6 +22,13 @@ DIFF_ONE_LINER = (
     '<(kubectl get pods,jobs,services,configmaps,secrets -n "$NS" '
     '-l training.kubeflow.org/job-name="$JOB" -o yaml))'
 )
+
+
+def created(job: dict) -> bool:
+    return any(
+        c["type"] == "Created" and c["status"] == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
 
 
 def plan(kubeconfig: Path, *args: str) -> tuple[int, dict]:
@@ -49,7 +51,7 @@ def children(kube, ns: str) -> list[str]:
 
 
 def test_plan_of_a_new_job_lists_every_create_and_writes_nothing(l1_cluster, namespace, mpijob_crd, kube):
-    job = create_mpijob(kube, namespace, mpijob("pi"))
+    job = kube.create(MPIJOB, namespace, pi_job("pi"))
     code, report = plan(l1_cluster.kubeconfig, f"{namespace}/pi")
     assert code == 1 and report["mpijob"] == f"{namespace}/pi"
     created = sorted(c["object"] for c in report["plan"]["creates"])
@@ -75,10 +77,10 @@ def test_plan_and_kubectl_diff_after_convergence_and_drift(
     l1_cluster, namespace, mpijob_crd, kube, start_operator
 ):
     op = start_operator()
-    create_mpijob(kube, namespace, mpijob("pi"))
+    kube.create(MPIJOB, namespace, pi_job("pi"))
     wait_for(lambda: len(children(kube, namespace)) == 6, "children")
-    wait_for(lambda: has_condition(kube.get(MPIJOB, namespace, "pi"), "Created"), "Created")
-    op.terminate()
+    wait_for(lambda: created(kube.get(MPIJOB, namespace, "pi")), "Created")
+    op.stop()
 
     code, report = plan(l1_cluster.kubeconfig, "pi", "-n", namespace)
     assert (code, report["writes"], report["summary"]) == (0, 0, "plan: no changes"), report
@@ -107,7 +109,7 @@ def test_plan_and_kubectl_diff_after_convergence_and_drift(
 
 def test_plan_reports_a_name_held_by_another_object(l1_cluster, namespace, mpijob_crd, kube):
     kube.create(CONFIGMAP, namespace, {"metadata": {"name": "held-config"}, "data": {"x": "y"}})
-    create_mpijob(kube, namespace, mpijob("held"))
+    kube.create(MPIJOB, namespace, pi_job("held"))
     code, report = plan(l1_cluster.kubeconfig, f"{namespace}/held")
     assert code == 1
     assert [c["object"] for c in report["plan"]["conflicts"]] == [f"ConfigMap {namespace}/held-config"]

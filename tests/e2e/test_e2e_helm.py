@@ -18,8 +18,10 @@ import yaml
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.operator import OperatorRunner
 from reconcile.kube import MPIJOB, Kube
-from tests.e2e.conftest import REPO, OperatorProcess, condition_is
+from tests.e2e.support import condition_is
+from tests.utils import REPO
 
 pytestmark = pytest.mark.l2
 
@@ -87,10 +89,14 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
 
     core.create_namespace({"metadata": {"name": "jobs"}})
     wait_for_default_service_account(core, "jobs")
-    op = OperatorProcess(cluster, tmp_path / "operator.log")
-    op.kubeconfig = cluster.write_user_kubeconfig(f"system:serviceaccount:{NS}:mpi-operator")
     # The chart's args, then the local process's own port (8080 may be taken on this machine).
-    op.start(*[a for a in args if not a.startswith("--monitoring-port")], "--namespace=jobs")
+    op = OperatorRunner(
+        cluster.write_user_kubeconfig(f"system:serviceaccount:{NS}:mpi-operator"),
+        tmp_path / "operator.log",
+        *[a for a in args if not a.startswith("--monitoring-port")],
+        "--namespace=jobs",
+    )
+    op.start()
     try:
         pi = yaml.safe_load((REPO / "examples" / "pi.yaml").read_text())
         kube.create(MPIJOB, "jobs", pi)

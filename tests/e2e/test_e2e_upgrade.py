@@ -19,9 +19,11 @@ import yaml
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.operator import OperatorRunner
 from reconcile.kube import JOB, MPIJOB, POD, Kube
-from tests.e2e.conftest import HOLD, KNOB, REPO, OperatorProcess, condition_is, pi_job
+from tests.e2e.support import HOLD, KNOB, condition_is
 from tests.upstream_source import upstream_manifests
+from tests.utils import REPO, pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -98,11 +100,13 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
 
     core.create_namespace({"metadata": {"name": "jobs"}})
     wait_for_default_service_account(core, "jobs")
-    admin = OperatorProcess(cluster, tmp_path / "operator.log")
-    admin.kubeconfig = cluster.kubeconfig  # upstream's RBAC is not what our operator needs: run it as admin
-    admin.start("--namespace=jobs", f"--lock-namespace={ns}")
+    # Upstream's RBAC is not what our operator needs: run it as admin.
+    admin = OperatorRunner(
+        cluster.kubeconfig, tmp_path / "operator.log", "--namespace=jobs", f"--lock-namespace={ns}"
+    )
+    admin.start()
     try:
-        job = kube.create(MPIJOB, "jobs", pi_job(launcher_annotations=HOLD))
+        job = kube.create(MPIJOB, "jobs", pi_job(root=True, launcher_annotations=HOLD))
         wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Running"), "Running")
     finally:
         admin.stop()  # as the rollout replaces the old operator pod
@@ -126,9 +130,13 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
     assert kube.get(JOB, "jobs", "pi-launcher")["metadata"]["uid"] == launcher_uid
 
     # Our operator under the same ServiceAccount, now with our RBAC, finishes the job.
-    sa = OperatorProcess(cluster, tmp_path / "operator.log")
-    sa.kubeconfig = cluster.write_user_kubeconfig(f"system:serviceaccount:{ns}:mpi-operator")
-    sa.start("--namespace=jobs", f"--lock-namespace={ns}")
+    sa = OperatorRunner(
+        cluster.write_user_kubeconfig(f"system:serviceaccount:{ns}:mpi-operator"),
+        tmp_path / "operator.log",
+        "--namespace=jobs",
+        f"--lock-namespace={ns}",
+    )
+    sa.start()
     try:
         for pod in kube.list(POD, "jobs", labelSelector="training.kubeflow.org/job-role=launcher")["items"]:
             kube.patch(

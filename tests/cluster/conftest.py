@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ from localcluster import LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.kube import Kube
+from tests.cluster.support import CRD_NAME, kubectl
 from tests.utils import REPO
 from tests.utils import podgroup_crds as podgroup_crd_docs
+from tools.crdgen.build import CRD_PATH
 
 CRD_FILE = REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
 
@@ -81,3 +85,28 @@ def start_operator(
     if request.session.testsfailed > failed_before:  # the call phase failed: show what the operator said
         for op in started:
             print(f"--- operator log ({op.log_path.name}) ---\n{op.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def crd_install(l1_cluster) -> subprocess.CompletedProcess:
+    """The CRD, server-side applied as a user would, and Established."""
+    applied = kubectl(l1_cluster, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+    # Polled here: `kubectl wait` errors out while the new CRD has no status yet.
+    api = l1_cluster.api_client()
+    try:
+        ext = client.ApiextensionsV1Api(api)
+        deadline = time.monotonic() + 60
+        while not any(
+            c.type == "Established" and c.status == "True"
+            for c in ext.read_custom_resource_definition(CRD_NAME).status.conditions or []
+        ):
+            assert time.monotonic() < deadline, "CRD not Established within 60s"
+            time.sleep(0.2)
+    finally:
+        api.close()
+    return applied
+
+
+@pytest.fixture
+def mpijobs(crd_install, api_client) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,74 +17,22 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests.cluster.support import (
+    CRD_NAME,
+    GROUP,
+    OPERATOR_NS,
+    OPERATOR_SA,
+    PLURAL,
+    VERSION,
+    _can,
+    _user_client,
+    kubectl,
+    minimal_job,
+)
 from tools.crdgen.build import CRD_PATH
 from tools.manifests import DEPLOY, REPO
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
-CRD_NAME = f"{PLURAL}.{GROUP}"
-OPERATOR_NS = "mpi-operator"
-OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:mpi-operator"
-
 pytestmark = pytest.mark.l1
-
-
-def kubectl(
-    cluster: Any, *args: str, stdin: str | None = None, check: bool = True, kubeconfig: Path | None = None
-):
-    env = cluster.env()
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    proc = subprocess.run(
-        [str(cluster.bin_dir / "kubectl"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
-
-
-@pytest.fixture(scope="module")
-def crd_install(l1_cluster) -> subprocess.CompletedProcess:
-    """The CRD, server-side applied as a user would, and Established."""
-    applied = kubectl(l1_cluster, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    # Polled here: `kubectl wait` errors out while the new CRD has no status yet.
-    api = l1_cluster.api_client()
-    try:
-        ext = client.ApiextensionsV1Api(api)
-        deadline = time.monotonic() + 60
-        while not any(
-            c.type == "Established" and c.status == "True"
-            for c in ext.read_custom_resource_definition(CRD_NAME).status.conditions or []
-        ):
-            assert time.monotonic() < deadline, "CRD not Established within 60s"
-            time.sleep(0.2)
-    finally:
-        api.close()
-    return applied
-
-
-@pytest.fixture
-def mpijobs(crd_install, api_client) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client)
-
-
-def minimal_job(name: str = "pi", workers: int | None = 2) -> dict[str, Any]:
-    def replica(container: str) -> dict[str, Any]:
-        return {"template": {"spec": {"containers": [{"name": container, "image": "mpi:latest"}]}}}
-
-    specs: dict[str, Any] = {"Launcher": replica("launcher")}
-    if workers is not None:
-        specs["Worker"] = {"replicas": workers, **replica("worker")}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {"mpiReplicaSpecs": specs},
-    }
 
 
 def create(
@@ -444,27 +391,6 @@ def test_full_install_passes_server_dry_run_and_restricted_pod_security(base_ins
     assert "would violate PodSecurity" in bad.stderr and "allowPrivilegeEscalation" in bad.stderr
 
 
-def _can(
-    api_client: Any, verb: str, resource: str, namespace: str = "", name: str = "", group: str = ""
-) -> bool:
-    resource, _, subresource = resource.partition("/")
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {
-            "resourceAttributes": {
-                "verb": verb,
-                "group": group,
-                "resource": resource,
-                "subresource": subresource,
-                "namespace": namespace,
-                "name": name,
-            }
-        },
-    }
-    return client.AuthorizationV1Api(api_client).create_self_subject_access_review(review).status.allowed
-
-
 OPERATOR_CAN = [
     ("list", "mpijobs", "", "", GROUP),
     ("watch", "mpijobs", "", "", GROUP),
@@ -501,12 +427,6 @@ OPERATOR_CANNOT = [
     ("delete", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
     ("create", "clusterroles", "", "", "rbac.authorization.k8s.io"),
 ]
-
-
-def _user_client(cluster: Any, user: str, groups: tuple[str, ...] = ()) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(cluster.write_user_kubeconfig(user, groups)))
 
 
 def test_operator_service_account_has_exactly_what_it_needs(base_installed):

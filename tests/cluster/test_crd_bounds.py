@@ -14,9 +14,7 @@ import pytest
 from kubernetes import client
 
 from render import ValidationError, bounds, parse_mpijob
-from tests.cluster.test_crd import GROUP, PLURAL, VERSION, crd_install, minimal_job, mpijobs
-
-__all__ = ["crd_install", "mpijobs"]  # fixtures shared with test_crd
+from tests.cluster.support import GROUP, PLURAL, VERSION, minimal_job
 
 pytestmark = pytest.mark.l1
 

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.test_crd import GROUP, OPERATOR_SA, _can, _user_client, crd_install, kubectl
+from tests.cluster.support import GROUP, OPERATOR_SA, _can, _user_client, kubectl
 from tools.manifests import DEPLOY
 
 pytestmark = pytest.mark.l1
-__all__ = ["crd_install"]  # the fixture, shared with test_crd
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
-from reconcile.kube import ApiError, Resource
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from reconcile.kube import ApiError, Kube, Resource
 
 
 class FakeKube:
@@ -75,3 +79,47 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+class FakeResources:
+    def __init__(self, known: set[str]) -> None:
+        self.known = known
+
+    def get(self, api_version: str, kind: str) -> tuple[str, str]:
+        if kind not in self.known:
+            raise ResourceNotFoundError(f"No matches found for {api_version} {kind}")
+        return (api_version, kind)
+
+
+class FakeDynamic:
+    """Records calls; ``fail`` maps (verb, name) to an exception to raise."""
+
+    def __init__(self, fail: dict[tuple[str, str], BaseException] | None = None) -> None:
+        self.resources = FakeResources({"ConfigMap", "Pod"})
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail or {}
+
+    def _do(self, verb: str, name: str, kwargs: dict[str, Any], answer: Callable[[], dict[str, Any]]) -> Any:
+        self.calls.append((verb, kwargs))
+        if (verb, name) in self.fail:
+            raise self.fail[(verb, name)]
+        return answer()
+
+    def create(self, **kw: Any) -> dict[str, Any]:
+        return self._do("create", kw["body"]["metadata"]["name"], kw, lambda: {**kw["body"], "uid": "new"})
+
+    def patch(self, **kw: Any) -> dict[str, Any]:
+        return self._do("patch", kw["name"], kw, lambda: {"patched": kw["body"]})
+
+    def server_side_apply(self, **kw: Any) -> dict[str, Any]:
+        return self._do("apply", kw["name"], kw, lambda: dict(kw["body"]))
+
+    def delete(self, **kw: Any) -> dict[str, Any]:
+        return self._do("delete", kw["name"], kw, lambda: {"kind": "Status"})
+
+
+class NoKube(Kube):
+    """A Kube that never talks to a server (Controller builds informers but we never start them)."""
+
+    def __init__(self) -> None:
+        self.api_client = None

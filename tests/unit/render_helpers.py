@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import io
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from render import Observed, SSHKey
+from render.cli import main as cli_main
 
 UID = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 JOB_UID = "aaaaaaaa-bbbb-4ccc-8ddd-000000000001"
@@ -112,3 +115,14 @@ def created_children(workers: int = 2) -> list[dict[str, Any]]:
         *(worker(i, "Pending") for i in range(workers)),
         launcher(),
     ]
+
+
+def run_cli(args, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO(stdin)
+    try:
+        code = cli_main(args)
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = old
+    return code, out.getvalue(), err.getvalue()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from render import ValidationError, bounds, parse_mpijob
+from tests.unit.deploy_files import CRD_FILE
 from tests.unit.render_helpers import BASE
-from tests.unit.test_manifests import CRD_FILE
 from tools.manifests import load_yaml_documents
 
 # CRD path (".spec.x.*.y") -> where a render test puts the value; "*" is the Worker replica spec (the

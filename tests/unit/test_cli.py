@@ -1,24 +1,13 @@
 """The CLI (`python -m render`, console script `mpijob-render`) prints exactly what the goldens hold."""
 
-import io
 import subprocess
 import sys
 
 import pytest
 
-from render.cli import PLACEHOLDER_UID, main
+from render.cli import PLACEHOLDER_UID
 from tests.unit.golden_cases import GOLDEN, KEY_FILE, load_case
-
-
-def run_cli(args, stdin=""):
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stdout, sys.stderr, sys.stdin
-    sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO(stdin)
-    try:
-        code = main(args)
-    finally:
-        sys.stdout, sys.stderr, sys.stdin = old
-    return code, out.getvalue(), err.getvalue()
+from tests.unit.render_helpers import run_cli
 
 
 def case_args(case):

@@ -15,21 +15,14 @@ from reconcile.controller import Controller
 from reconcile.engine.plan import Plan
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.events import EventRecorder
-from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube, resource_for
+from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, resource_for
 from reconcile.metrics import Metrics
 from render.timeutil import parse_time
 from render.yamlio import load_objects
 from tests.unit import golden_cases
-from tests.unit.fakes import FakeKube
+from tests.unit.fakes import FakeKube, NoKube
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class NoKube(Kube):
-    """A Kube that never talks to a server (Controller builds informers but we never start them)."""
-
-    def __init__(self) -> None:
-        self.api_client = None
 
 
 def controller(kube=None, gang: str = "") -> Controller:

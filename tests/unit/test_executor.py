@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import MaxRetryError
 
 from reconcile.children import FIELD_MANAGER
@@ -20,6 +18,7 @@ from reconcile.engine.executor import (
     returned_objects,
 )
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from tests.unit.fakes import FakeDynamic
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")
 POD = ObjectKey("", "Pod", "ns", "pod")
@@ -28,43 +27,6 @@ PG = ObjectKey("scheduling.x-k8s.io", "PodGroup", "ns", "pg")
 
 def api_error(status: int, reason: str = "", message: str = "boom") -> ApiException:
     return ApiException(status=status, reason=reason, body=json.dumps({"reason": reason, "message": message}))
-
-
-class FakeResources:
-    def __init__(self, known: set[str]) -> None:
-        self.known = known
-
-    def get(self, api_version: str, kind: str) -> tuple[str, str]:
-        if kind not in self.known:
-            raise ResourceNotFoundError(f"No matches found for {api_version} {kind}")
-        return (api_version, kind)
-
-
-class FakeDynamic:
-    """Records calls; ``fail`` maps (verb, name) to an exception to raise."""
-
-    def __init__(self, fail: dict[tuple[str, str], BaseException] | None = None) -> None:
-        self.resources = FakeResources({"ConfigMap", "Pod"})
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.fail = fail or {}
-
-    def _do(self, verb: str, name: str, kwargs: dict[str, Any], answer: Callable[[], dict[str, Any]]) -> Any:
-        self.calls.append((verb, kwargs))
-        if (verb, name) in self.fail:
-            raise self.fail[(verb, name)]
-        return answer()
-
-    def create(self, **kw: Any) -> dict[str, Any]:
-        return self._do("create", kw["body"]["metadata"]["name"], kw, lambda: {**kw["body"], "uid": "new"})
-
-    def patch(self, **kw: Any) -> dict[str, Any]:
-        return self._do("patch", kw["name"], kw, lambda: {"patched": kw["body"]})
-
-    def server_side_apply(self, **kw: Any) -> dict[str, Any]:
-        return self._do("apply", kw["name"], kw, lambda: dict(kw["body"]))
-
-    def delete(self, **kw: Any) -> dict[str, Any]:
-        return self._do("delete", kw["name"], kw, lambda: {"kind": "Status"})
 
 
 def body(key: ObjectKey) -> dict[str, Any]:

@@ -13,8 +13,7 @@ import pytest
 from render import Config, Observed, ValidationError, bounds, next_wakeup, render, status, ttl_expired
 from render.parse import MAX_DEPTH, load_yaml, parse_mpijob
 from render.timeutil import END_OF_TIME, format_time, parse_time
-from tests.unit.render_helpers import KEY, NOW, job
-from tests.unit.test_cli import run_cli
+from tests.unit.render_helpers import KEY, NOW, job, run_cli
 
 OBSERVED = Observed.from_objects([], now=NOW, fresh_ssh_key=KEY)
 

@@ -5,7 +5,6 @@ What needs an API server (admission, CEL evaluation, defaulting) is in tests/clu
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import tomllib
@@ -16,11 +15,11 @@ from typing import Any
 import pytest
 
 from reconcile import flags, kube
+from tests.unit.deploy_files import CRD_FILE, _grants, _objects, _one
 from tools.crdgen import build as crdbuild
 from tools.crdgen.k8s_schema import Converter
-from tools.manifests import DEPLOY, REPO, build, kustomization_files, load_yaml_documents
+from tools.manifests import DEPLOY, REPO, kustomization_files, load_yaml_documents
 
-CRD_FILE = DEPLOY / "crd" / "kubeflow.org_mpijobs.yaml"
 NAMESPACE = "mpi-operator"
 
 
@@ -30,17 +29,6 @@ def _manifest_files() -> list[Path]:
     return sorted(
         p for p in DEPLOY.rglob("*.yaml") if p.relative_to(DEPLOY).parts[0] not in ("local", "helm")
     )
-
-
-@functools.cache
-def _objects(root: Path = DEPLOY) -> list[dict[str, Any]]:
-    return build(root)  # shared between tests: treat as read-only
-
-
-def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
-    return found[0]
 
 
 @pytest.fixture(scope="module")
@@ -483,16 +471,6 @@ def test_converter_refuses_what_it_does_not_know():
         _convert({"T": {"type": "object", "not": {}}}, "T")
     with pytest.raises(ValueError, match="recursive"):
         _convert({"T": {"type": "object", "properties": {"t": {"$ref": "#/components/schemas/T"}}}}, "T")
-
-
-# --------------------------------------------------------------------------------------------- RBAC
-def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
-    for r in rules:
-        for group in r["apiGroups"]:
-            for resource in r["resources"]:
-                out.setdefault((group, resource), set()).update(r["verbs"])
-    return out
 
 
 ALL_ROLES = [

@@ -18,8 +18,9 @@ from reconcile.children import POLICY
 from reconcile.controller import Controller
 from reconcile.events import EventRecorder
 from reconcile.metrics import Metrics
-from tests.unit.test_controller import NoKube
-from tests.unit.test_manifests import DEPLOY, _grants, _objects, _one
+from tests.unit.deploy_files import _grants, _objects, _one
+from tests.unit.fakes import NoKube
+from tools.manifests import DEPLOY
 
 RECONCILE = Path(__file__).resolve().parents[2] / "reconcile"
 VERBS = {

@@ -1,0 +1,82 @@
+"""L1 helpers shared by the cluster tests (fixtures are in conftest.py): the MPIJob API's names, kubectl
+as a user runs it, a minimal MPIJob, and access reviews as a given user."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
+
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+
+OPERATOR_NS = "mpi-operator"
+
+
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:mpi-operator"
+
+
+def kubectl(
+    cluster: Any, *args: str, stdin: str | None = None, check: bool = True, kubeconfig: Path | None = None
+):
+    env = cluster.env()
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    proc = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def minimal_job(name: str = "pi", workers: int | None = 2) -> dict[str, Any]:
+    def replica(container: str) -> dict[str, Any]:
+        return {"template": {"spec": {"containers": [{"name": container, "image": "mpi:latest"}]}}}
+
+    specs: dict[str, Any] = {"Launcher": replica("launcher")}
+    if workers is not None:
+        specs["Worker"] = {"replicas": workers, **replica("worker")}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {"mpiReplicaSpecs": specs},
+    }
+
+
+def _can(
+    api_client: Any, verb: str, resource: str, namespace: str = "", name: str = "", group: str = ""
+) -> bool:
+    resource, _, subresource = resource.partition("/")
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "subresource": subresource,
+                "namespace": namespace,
+                "name": name,
+            }
+        },
+    }
+    return client.AuthorizationV1Api(api_client).create_self_subject_access_review(review).status.allowed
+
+
+def _user_client(cluster: Any, user: str, groups: tuple[str, ...] = ()) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(cluster.write_user_kubeconfig(user, groups)))

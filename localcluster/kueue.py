@@ -37,6 +37,7 @@ NAMESPACE = "kueue-system"
 SERVICE_ACCOUNT = "kueue-controller-manager"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 FRAMEWORKS = ("batch/job", "kubeflow.org/mpijob")
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 WEBHOOK_CONFIGS = ("kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration")
 # Parts of a real install a process on loopback does not use.
 _LEFT_OUT = {"Deployment", "Service", "APIService", "Secret"}
@@ -91,7 +92,9 @@ class Kueue:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.ports = {"webhook": free_port(), "health": free_port(), "metrics": free_port()}
         docs = [d for d in yaml.safe_load_all((self.kueue_dir / "install.yaml").read_text()) if d]
-        cert_dir = self._write_serving_cert()
+        cert_dir = self._write_cert("webhook", self.work_dir / "certs")
+        etc_upper = self.work_dir / "etc-upper"
+        self._write_cert("metrics", etc_upper / METRICS_CERT_DIR.relative_to("/etc"))
         config = self._write_config(manager_config(docs), cert_dir)
         self._apply(install_objects(docs, self.webhook_base, self._ca_bundle()))
         kubeconfig = self.cluster.write_user_kubeconfig(USER)
@@ -99,6 +102,7 @@ class Kueue:
             f"{k}={'true' if v else 'false'}" for k, v in sorted(self.spec.feature_gates.items())
         )
         argv = [
+            *_with_private_etc(etc_upper, self.work_dir / "etc-work"),
             str(self.kueue_dir / "bin" / "kueue"),
             f"--config={config}",
             f"--kubeconfig={kubeconfig}",
@@ -138,10 +142,10 @@ class Kueue:
     def _ca_bundle(self) -> str:
         return base64.b64encode((self.cluster.pki_dir / "ca.crt").read_bytes()).decode()
 
-    def _write_serving_cert(self) -> Path:
+    def _write_cert(self, name: str, cert_dir: Path) -> Path:
+        """tls.crt/tls.key for 127.0.0.1, issued by the cluster's CA (the apiserver trusts it as caBundle)."""
         ca = pki.CertificateAuthority.load(self.cluster.pki_dir / "ca.crt", self.cluster.pki_dir / "ca.key")
-        cert, key = ca.issue("kueue-webhook", server_names=("127.0.0.1", "localhost"))
-        cert_dir = self.work_dir / "certs"
+        cert, key = ca.issue(f"kueue-{name}", server_names=("127.0.0.1", "localhost"))
         cert_dir.mkdir(parents=True, exist_ok=True)
         (cert_dir / "tls.crt").write_bytes(cert)
         (cert_dir / "tls.key").touch(mode=0o600)
@@ -195,6 +199,32 @@ class Kueue:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"kueue not ready after {self.spec.startup_timeout}s:\n{self.proc.log_tail()}")
+
+
+def _with_private_etc(upper: Path, work: Path) -> list[str]:
+    """argv prefix: run the command in its own mount namespace with an overlay on /etc holding `upper`.
+
+    Without internal cert management Kueue reads its metrics certificate from the fixed path
+    /etc/kueue/metrics/certs (mounted from a Secret in a real install). The overlay shows it there to the
+    Kueue process only; the machine's /etc is never written. Needs root, or a user namespace otherwise.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    script = 'mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc && shift 2 && exec "$@"'
+    return [
+        "unshare",
+        *userns,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(upper),
+        str(work),
+    ]
 
 
 def manager_config(docs: list[dict[str, Any]]) -> dict[str, Any]:

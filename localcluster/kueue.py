@@ -28,6 +28,7 @@ import yaml
 
 from localcluster import pki
 from localcluster.binaries import BUILD_SCRIPT, BinariesMissing
+from localcluster.cluster import wait_for_crds
 from localcluster.processes import Proc, free_port
 
 if TYPE_CHECKING:
@@ -96,7 +97,12 @@ class Kueue:
         etc_upper = self.work_dir / "etc-upper"
         self._write_cert("metrics", etc_upper / METRICS_CERT_DIR.relative_to("/etc"))
         config = self._write_config(manager_config(docs), cert_dir)
-        self._apply(install_objects(docs, self.webhook_base, self._ca_bundle()))
+        objects = install_objects(docs, self.webhook_base, self._ca_bundle())
+        self._apply(objects)
+        # Kueue sets up its indexes at start and exits if a CRD is not served yet.
+        with contextlib.closing(self.cluster.api_client()) as api:
+            crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+            wait_for_crds(api, crds)
         kubeconfig = self.cluster.write_user_kubeconfig(USER)
         gates = ",".join(
             f"{k}={'true' if v else 'false'}" for k, v in sorted(self.spec.feature_gates.items())

@@ -25,10 +25,7 @@ def test_first_status_and_running():
     first = status(j, observed(), CFG)
     assert conds(first)["Created"]["reason"] == "MPIJobCreated"
     assert first["startTime"] == ts()
-    assert first["replicaStatuses"]["Worker"]["selector"] == (
-        "training.kubeflow.org/job-name=pi,training.kubeflow.org/job-role=worker,"
-        "training.kubeflow.org/operator-name=mpi-operator"
-    )
+    assert first["replicaStatuses"] == {"Worker": {}}  # no launcher Job yet; no selector, as upstream
     j["status"] = first
     later = NOW + timedelta(minutes=1)
     obs = observed(worker(0), worker(1), launcher(), launcher_pod("a", "Running", ts()), now=later)
@@ -170,3 +167,31 @@ def test_managed_by_other_controller_leaves_status_alone():
     j["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "Remote"}]}
     assert status(j, observed(worker(0)), CFG) == j["status"]
     assert next_wakeup(j, j["status"], NOW) is None
+
+
+def test_replica_statuses_follow_upstream_in_every_state():
+    """Upstream's counting: Launcher only once its Job exists (then kept as last seen), Worker always, `{}`
+    while suspended or once the launcher Job finished, workers past `replicas` not counted, never a
+    `selector` (Kueue's MultiKueue e2e compares `{active: 0, succeeded: 1}`-style maps exactly)."""
+    j = job()
+    running = launcher(active=1)
+    pods = [worker(0), worker(1), worker(2), launcher_pod("a", "Running", ts())]
+    st = status(j, observed(running, *pods), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+
+    j["status"] = st
+    gone = status(j, observed(*pods[:2]), CFG)  # launcher Job deleted: its entry stays as last seen
+    assert gone["replicaStatuses"] == {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+
+    complete = launcher(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
+    done = launcher_pod("a", "Succeeded", ts())
+    st = status(j, observed(complete, worker(0), worker(1), done), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"succeeded": 1}, "Worker": {}}
+
+    failed = launcher(failed=2, conditions=[{"type": "Failed", "status": "True"}])
+    st = status(job(), observed(failed, worker(0), launcher_pod("b", "Running", ts())), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"failed": 2}, "Worker": {}}
+
+    suspended = job(runPolicy={"suspend": True})
+    st = status(suspended, observed(launcher(suspend=True), worker(0)), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {}, "Worker": {}}

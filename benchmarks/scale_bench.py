@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
-from localcluster.processes import free_port  # noqa: E402
+from localcluster.operator import OperatorRunner  # noqa: E402
 
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 NAMESPACE = "bench"
@@ -88,78 +85,26 @@ def mpijob(name: str, workers: int) -> dict[str, Any]:
 
 
 # -- the operator process ---------------------------------------------------------------------------------
-class Operator:
-    def __init__(self, cluster: LocalCluster, log_path: Path, extra: list[str]) -> None:
-        self.port = free_port()
-        kubeconfig = cluster.write_user_kubeconfig(SA_USER)
-        argv = [
-            sys.executable,
-            "-m",
-            "reconcile",
-            f"--kubeconfig={kubeconfig}",
-            f"--monitoring-port={self.port}",
-            "--bind-address=127.0.0.1",
-            "--log-format=json",
-            *extra,
-        ]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        env.pop("KUBECONFIG", None)
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
-            )
-        self.argv = argv
+def requests(op: OperatorRunner) -> dict[tuple[str, str], float]:
+    """(verb, kind) -> API requests the operator sent, summed over response codes."""
+    out: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for (name, labels), value in op.metrics().items():
+        if name == "mpi_operator_api_requests_total":
+            lab = dict(labels)
+            out[(lab["verb"], lab["kind"])] += value
+    return out
 
-    def http(self, path: str) -> str | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
-                return resp.read().decode()
-        except OSError:
-            return None
 
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited:\n{self.log_path.read_text()[-4000:]}")
-            body = self.http("/metrics") or ""
-            if self.http("/readyz") is not None and "mpi_operator_is_leader 1.0" in body:
-                return
-            time.sleep(0.2)
-        raise RuntimeError("operator not ready")
-
-    def requests(self) -> dict[tuple[str, str], float]:
-        """(verb, kind) -> count, summed over response codes."""
-        out: dict[tuple[str, str], float] = collections.defaultdict(float)
-        for line in (self.http("/metrics") or "").splitlines():
-            if not line.startswith("mpi_operator_api_requests_total{"):
-                continue
-            labels_text, value = line[len("mpi_operator_api_requests_total{") :].rsplit("} ", 1)
-            labels = dict(kv.split("=", 1) for kv in labels_text.replace('"', "").split(",") if "=" in kv)
-            out[(labels["verb"], labels["kind"])] += float(value)
-        return out
-
-    def proc_stats(self) -> tuple[int, float]:
-        """(VmHWM bytes, utime + stime seconds) of the operator process."""
-        hwm = 0
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) * 1024
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return hwm, (int(fields[11]) + int(fields[12])) / ticks
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def proc_stats(pid: int) -> tuple[int, float]:
+    """(VmHWM bytes, utime + stime seconds) of a process."""
+    hwm = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return hwm, (int(fields[11]) + int(fields[12])) / ticks
 
 
 # -- watching status transitions --------------------------------------------------------------------------
@@ -246,7 +191,7 @@ def main() -> int:
 
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes), work_dir=work / "cluster", keep_work_dir=True)
     cluster.start()
-    operator: Operator | None = None
+    operator: OperatorRunner | None = None
     watcher: StatusWatcher | None = None
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
@@ -257,9 +202,10 @@ def main() -> int:
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait_for_default_service_account(core, NAMESPACE)
 
-        operator = Operator(cluster, work / "operator.log", args.operator_arg)
-        operator.wait_ready()
-        idle = operator.requests()
+        kubeconfig = cluster.write_user_kubeconfig(SA_USER)
+        operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
+        operator.start()
+        idle = requests(operator)
         watcher = StatusWatcher(cluster.api_client())
         watcher.start()
 
@@ -275,10 +221,10 @@ def main() -> int:
         peak_rss = 0
         last_line = ""
         while time.monotonic() - began < args.timeout:
-            hwm, _ = operator.proc_stats()
+            if not operator.alive():
+                raise RuntimeError(f"operator exited:\n{operator.log_tail(4000)}")
+            hwm, _ = proc_stats(operator.pid)
             peak_rss = max(peak_rss, hwm)
-            if operator.proc.poll() is not None:
-                raise RuntimeError(f"operator exited:\n{operator.log_path.read_text()[-4000:]}")
             if t_launchers is None:
                 jobs = batch.list_namespaced_job(NAMESPACE).items
                 launchers = sum(1 for j in jobs if j.metadata.name.endswith("-launcher"))
@@ -310,7 +256,7 @@ def main() -> int:
         prev: dict[tuple[str, str], float] = {}
         stable_since = time.monotonic()
         while time.monotonic() < settle_deadline:
-            cur = operator.requests()
+            cur = requests(operator)
             workers_left = len(
                 core.list_namespaced_pod(
                     NAMESPACE, label_selector="training.kubeflow.org/job-role=worker"
@@ -321,9 +267,9 @@ def main() -> int:
             if workers_left == 0 and time.monotonic() - stable_since > 5:
                 break
             time.sleep(1)
-        hwm, cpu = operator.proc_stats()
+        hwm, cpu = proc_stats(operator.pid)
         peak_rss = max(peak_rss, hwm)
-        final = operator.requests()
+        final = requests(operator)
         report(args, idle, final, watcher, t_launchers, t_done, peak_rss, cpu, batch, core)
         return 0 if t_done is not None else 1
     finally:

@@ -106,13 +106,22 @@ def _is_zombie(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
-def spawn(name: str, argv: list[str], log: Path, *, detached: bool) -> Proc:
-    """Start argv in a new session (its own process group), output to `log`.
+def spawn(
+    name: str,
+    argv: list[str],
+    log: Path,
+    *,
+    detached: bool,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    append: bool = False,
+) -> Proc:
+    """Start argv in a new session (its own process group), output to `log` (appended to if asked).
 
     Attached processes die with this Python process; detached ones outlive it (stopped via the state dir).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
+    with log.open("ab" if append else "wb") as out:
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -120,6 +129,8 @@ def spawn(name: str, argv: list[str], log: Path, *, detached: bool) -> Proc:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=None if detached else _die_with_parent,
+            env=env,
+            cwd=cwd,
         )
     started = start_time(popen.pid) or 0
     return Proc(name=name, pid=popen.pid, started=started, log=log, popen=popen)

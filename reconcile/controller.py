@@ -16,10 +16,12 @@ from typing import Any
 
 import render
 from reconcile import events as ev
-from reconcile import managedfields
-from reconcile.differ import plan
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine import managedfields
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ExecResult, execute, warm_up
+from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
-from reconcile.executor import FIELD_MANAGER, ExecResult, execute, warm_up
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -38,15 +40,12 @@ from reconcile.kube import (
     resource_for,
 )
 from reconcile.metrics import Metrics
-from reconcile.plan import Plan
-from reconcile.policy import DEFAULT_POLICY
 from reconcile.queue import ShutDown, WorkQueue
 from reconcile.ratelimit import controller_rate_limiter
 from reconcile.syncstate import (
     condition_true,
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
-    merge_launcher_template_metadata,
     status_changed,
 )
 from render import names
@@ -54,13 +53,6 @@ from render import names
 log = logging.getLogger(__name__)
 
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
-
-
-# The per-kind update policy (DESIGN §3.4) is Kubernetes' own rules for the kinds we render, as data:
-# Pods and the SSH Secret create-only (labels and annotations may change); the launcher Job takes only
-# `suspend` and, while suspended and not started, the scheduling directives; ConfigMap, Service (knowing
-# its server defaults) and PodGroups patched in place; creates in dependency order.
-POLICY = DEFAULT_POLICY
 
 
 def podgroup_resource(gang_scheduling: str) -> Resource | None:
@@ -260,9 +252,8 @@ class Controller:
 
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
-        merge_launcher_template_metadata(desired, live)
         live = self._clear_launcher_start_time(desired, live)
-        the_plan = plan(desired, live, POLICY, job.uid)
+        the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(the_plan, self.kube.api_client, self.field_manager, owner_description="MPIJob")
@@ -301,17 +292,9 @@ class Controller:
         return out
 
     def wanted(self, job: Any) -> list[tuple[Resource, str]]:
-        """Every name the job's children may take; any object holding one must be seen (conflicts)."""
-        out = [
-            (SERVICE, job.name),
-            (CONFIGMAP, names.config_name(job.name)),
-            (SECRET, names.ssh_secret_name(job.name)),
-            (JOB, names.launcher_name(job.name)),
-        ]
-        if self.podgroup_res is not None:
-            out.append((self.podgroup_res, job.name))
-        out += [(POD, names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
-        return out
+        """Every name the job's children may take (render's list); any object holding one must be seen."""
+        by_kind = {res.kind: res for res in self.children}
+        return [(by_kind[kind], name) for kind, name in render.wanted_names(job, self.config)]
 
     def _held_names(self, job: Any, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Objects holding wanted names that are not our children: from the caches, or, for objects

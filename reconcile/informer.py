@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from reconcile import managedfields
+from reconcile.engine import managedfields
 from reconcile.kube import ApiError, Kube, Resource
 
 log = logging.getLogger(__name__)

@@ -84,26 +84,3 @@ def launcher_resume_needs_start_time_cleared(
                 return obj
             return None
     return None
-
-
-def merge_launcher_template_metadata(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> None:
-    """Keep the live launcher Job's pod-template labels and annotations under the rendered ones (in place).
-
-    As upstream's resume path (#772) does: the maps are merged, not replaced. The Job strategy adds its own
-    template labels (``controller-uid``, ``job-name`` and their ``batch.kubernetes.io/`` forms) that must
-    match the Job's selector; an apply that left them out would have the server drop them and reject the
-    Job (``selector`` does not match template ``labels``).
-    """
-    by_name = {(o.get("metadata") or {}).get("name"): o for o in live if o.get("kind") == "Job"}
-    for want in desired:
-        if want.get("kind") != "Job":
-            continue
-        have = by_name.get(want["metadata"]["name"])
-        if have is None or _controller_uid(have) != _controller_uid(want):
-            continue
-        have_meta = ((have.get("spec") or {}).get("template") or {}).get("metadata") or {}
-        want_meta = want.setdefault("spec", {}).setdefault("template", {}).setdefault("metadata", {})
-        for field in ("labels", "annotations"):
-            merged = {**(have_meta.get(field) or {}), **(want_meta.get(field) or {})}
-            if merged:
-                want_meta[field] = merged

@@ -8,7 +8,7 @@ from render.keys import generate_ssh_key
 from render.lifecycle import next_wakeup, ttl_expired
 from render.observed import Observed
 from render.parse import parse_mpijob
-from render.status import status
+from render.status import status, wanted_names
 
 __all__ = [
     "Config",
@@ -25,4 +25,5 @@ __all__ = [
     "render",
     "status",
     "ttl_expired",
+    "wanted_names",
 ]

@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -19,7 +16,7 @@ from kubernetes import client, config
 
 from localcluster import BinariesMissing, StartupError
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
-from localcluster.processes import free_port
+from localcluster.operator import OperatorExited, OperatorRunner, stop_recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pi.yaml"
@@ -52,60 +49,30 @@ def kubectl(cluster: LocalCluster, *args: str) -> None:
         raise DemoError(f"kubectl {' '.join(args)} failed: {detail}")
 
 
-def start_operator(cluster: LocalCluster) -> None:
-    kubeconfig = cluster.write_user_kubeconfig(SA_USER)
-    port = free_port()  # probes and /metrics, on loopback only
-    log = OPERATOR_LOG.open("wb")  # this run's log only
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconcile",
-            f"--kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--monitoring-port={port}",
-            "--log-format=text",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    OPERATOR_PID.write_text(f"{proc.pid}\n")
-    wait_until_ready(proc, port)
-    say(f"operator running as {SA_USER} (pid {proc.pid}, log {log.name}, metrics :{port}/metrics)")
-
-
-def wait_until_ready(proc: subprocess.Popen[bytes], port: int) -> None:
-    """/readyz: leading with every informer cache synced. An exit before that is the demo's failure."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            last = (OPERATOR_LOG.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
-            raise DemoError(f"the operator exited with code {proc.returncode}: {last} (log: {OPERATOR_LOG})")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise DemoError(f"the operator was not ready within {READY_TIMEOUT:.0f}s (log: {OPERATOR_LOG})")
+def start_operator(cluster: LocalCluster, *, detached: bool) -> OperatorRunner:
+    """The operator as the mpi-operator ServiceAccount, through the runner the tests use; ready means
+    leading with every informer cache synced. An exit before that is the demo's failure."""
+    OPERATOR_LOG.unlink(missing_ok=True)  # this run's log only
+    op = OperatorRunner(cluster.write_user_kubeconfig(SA_USER), OPERATOR_LOG, detached=detached, repo=ROOT)
+    try:
+        op.start(timeout=READY_TIMEOUT)
+    except OperatorExited as err:
+        last = (OPERATOR_LOG.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
+        raise DemoError(
+            f"the operator exited with code {op.returncode()}: {last} (log: {OPERATOR_LOG})"
+        ) from err
+    except TimeoutError as err:
+        op.stop()
+        raise DemoError(
+            f"the operator was not ready within {READY_TIMEOUT:.0f}s (log: {OPERATOR_LOG})"
+        ) from err
+    op.record(OPERATOR_PID)  # for --down: the PID and its start time, so only this process is stopped
+    say(f"operator running as {SA_USER} (pid {op.pid}, log {OPERATOR_LOG}, metrics :{op.port}/metrics)")
+    return op
 
 
 def stop_operator() -> None:
-    if not OPERATOR_PID.exists():
-        return
-    pid = int(OPERATOR_PID.read_text())
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.1)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    OPERATOR_PID.unlink(missing_ok=True)
+    stop_recorded(OPERATOR_PID)
 
 
 def load_example() -> dict:
@@ -208,7 +175,7 @@ def run() -> int:
                     wait_for_crds(admin, ["mpijobs.kubeflow.org"])
                 except TimeoutError as err:
                     raise DemoError(f"{err}; see the API server log in {cluster.log_dir}") from err
-            start_operator(cluster)
+            start_operator(cluster, detached=args.keep)
             started = True
             job = load_example()
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]

@@ -275,3 +275,153 @@ def observed_objects(draw: st.DrawFn, job: dict[str, Any]) -> list[dict[str, Any
 @st.composite
 def times(draw: st.DrawFn) -> datetime:
     return NOW + timedelta(seconds=draw(st.integers(0, 7200)))
+
+
+# -- the engine's apply bodies: a live object, what our manager applied to it before, a desired one ----
+
+OWNER_UID = "1c2d3e4f-0000-4000-8000-00000000beef"
+APPLY_MANAGER = "test-controller"
+# (dotted path, how Kubernetes merges it): "map" keys owned one by one, "atomic" owned whole,
+# "gates"/"containers" list-maps keyed by name.
+APPLY_FIELDS: dict[str, str] = {
+    "metadata.labels": "map",
+    "metadata.annotations": "map",
+    "spec.suspend": "atomic",
+    "spec.template.metadata.labels": "map",
+    "spec.template.metadata.annotations": "map",
+    "spec.template.spec.nodeSelector": "atomic",
+    "spec.template.spec.tolerations": "atomic",
+    "spec.template.spec.schedulingGates": "gates",
+    "spec.template.spec.containers": "containers",
+}
+TEMPLATE_DIRECTIVES = tuple(
+    p for p in APPLY_FIELDS if p.startswith("spec.template.") and "containers" not in p
+)
+_KEYS = ("a", "b", "c", "controller-uid", "job-name")
+_GATES = ("g1", "g2", "g3")
+_VALUES = st.sampled_from(["x", "y", "zone-1", "zone-2"])
+
+
+def _value(draw: st.DrawFn, how: str, path: str) -> Any:
+    """A non-empty value (the server stores no empty map or list: absent stands for those)."""
+    if path == "spec.suspend":
+        return draw(st.booleans())
+    if how == "map" or path.endswith("nodeSelector"):
+        return draw(st.dictionaries(st.sampled_from(_KEYS), _VALUES, min_size=1, max_size=4))
+    if path.endswith("tolerations"):
+        item = st.fixed_dictionaries(
+            {"key": st.sampled_from(["k1", "k2"]), "operator": st.just("Exists"), "effect": _VALUES}
+        )
+        return draw(st.lists(item, min_size=1, max_size=2))
+    if how == "gates":
+        return [{"name": g} for g in sorted(draw(st.sets(st.sampled_from(_GATES), min_size=1)))]
+    return [{"name": "main", "image": draw(st.sampled_from(["img:1", "img:2"]))}]
+
+
+def _object(draw: st.DrawFn, api_version: str, kind: str) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": "thing",
+            "namespace": "ns",
+            "ownerReferences": [
+                {
+                    "apiVersion": "example.com/v1",
+                    "kind": "Owner",
+                    "name": "o",
+                    "uid": OWNER_UID,
+                    "controller": True,
+                }
+            ],
+        },
+    }
+    for path, how in APPLY_FIELDS.items():
+        if path == "spec.suspend" or draw(st.integers(0, 3)) > 0:
+            _set(obj, path, _value(draw, how, path))
+    return obj
+
+
+def _set(obj: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        obj = obj.setdefault(part, {})
+    obj[last] = value
+
+
+def _selection(draw: st.DrawFn, how: str) -> Any:
+    """Which parts of one field a manager owns: a set of map keys / item names, or whole (bool)."""
+    if how == "map":
+        return draw(st.sets(st.sampled_from(_KEYS)))
+    if how == "gates":
+        return draw(st.sets(st.sampled_from(_GATES)))
+    if how == "containers":
+        return draw(st.sets(st.just("main")))
+    return draw(st.booleans())
+
+
+def fields_v1(selection: dict[str, Any]) -> dict[str, Any]:
+    """The fieldsV1 tree of a selection (``APPLY_FIELDS`` path -> owned keys / names / whole)."""
+    tree: dict[str, Any] = {}
+    for path, owned in selection.items():
+        how = APPLY_FIELDS[path]
+        if how == "map":
+            leaf: dict[str, Any] | None = {".": {}, **{f"f:{k}": {} for k in owned}} if owned else None
+        elif how in ("gates", "containers"):
+            item = {".": {}, "f:name": {}, **({"f:image": {}} if how == "containers" else {})}
+            leaf = {".": {}, **{f'k:{{"name":"{n}"}}': dict(item) for n in owned}} if owned else None
+        else:
+            leaf = {} if owned else None
+        if leaf is None:
+            continue
+        node = tree
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(f"f:{part}", {})
+        node[f"f:{last}"] = leaf
+    return tree
+
+
+@st.composite
+def apply_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """A live object (suspended or not, started or not) with managedFields: what our manager applied
+    before (``applied``: path -> owned keys), what its create set, what another manager owns; and a
+    desired object. ``policy``: the real Job rule, or a random split of the template directives into
+    always-mutable and mutable-while-suspended."""
+    from reconcile.engine.policy import JOB_POLICY, METADATA_PATHS, KindPolicy, MutableWhen, PathIs
+
+    if draw(st.booleans()):
+        api_version, kind, kind_policy = "batch/v1", "Job", JOB_POLICY
+    else:
+        always = draw(st.sets(st.sampled_from(TEMPLATE_DIRECTIVES)))
+        rule = MutableWhen(
+            when=(PathIs("spec.suspend", True), PathIs("status.startTime", absent=True)),
+            paths=tuple(p for p in TEMPLATE_DIRECTIVES if p not in always),
+            or_desired=draw(st.booleans()),
+        )
+        api_version, kind = "example.com/v1", "Thing"
+        kind_policy = KindPolicy("create-only", (*METADATA_PATHS, "spec.suspend", *sorted(always)), (rule,))
+    live = _object(draw, api_version, kind)
+    live["metadata"].update(uid="live-uid", resourceVersion="42")
+    if draw(st.booleans()):
+        live["status"] = {"startTime": "2025-06-01T11:00:00Z"}
+    applied = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items()}
+    created = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items()}
+    theirs = {p: _selection(draw, how) for p, how in APPLY_FIELDS.items() if draw(st.integers(0, 3)) == 0}
+    live["metadata"]["managedFields"] = [
+        {
+            "manager": APPLY_MANAGER,
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(created),
+        },
+        {
+            "manager": APPLY_MANAGER,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(applied),
+        },
+        {"manager": "kueue", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": fields_v1(theirs)},
+    ]
+    desired = _object(draw, api_version, kind)
+    return {"live": live, "desired": desired, "policy": kind_policy, "applied": applied}

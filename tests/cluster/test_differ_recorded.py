@@ -22,141 +22,26 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from reconcile.differ import plan
-from reconcile.executor import ERR_RESOURCE_EXISTS, execute
-from reconcile.plan import Delete, ObjectKey, Plan
-from reconcile.policy import DEFAULT_POLICY
-from render import Observed, ValidationError, render
-from render.keys import load_ssh_key
-from render.timeutil import parse_time
-from tests.unit.golden_cases import KEY_FILE, cases, load_case
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ERR_RESOURCE_EXISTS, execute
+from reconcile.engine.plan import Delete, ObjectKey, Plan
+from tests.cluster.served import (
+    by_kind,
+    desired_for,
+    ensure_priority_classes,
+    get,
+    owner_of,
+    read_back,
+    renderable_cases,
+    workers_case,
+)
 
 pytestmark = pytest.mark.l1
 
 RECORDED = Path(__file__).resolve().parents[1] / "unit" / "recorded"
 RECORD = os.environ.get("MPIJOB_RECORD_DIFFER", "") not in ("", "0")
 RECORDED_NAMESPACE = "recorded"
-
-PODGROUP_CRDS = {
-    "scheduling.volcano.sh": ("v1beta1", "podgroups", "PodGroup"),
-    "scheduling.x-k8s.io": ("v1alpha1", "podgroups", "PodGroup"),
-}
-
-
-def podgroup_crd(group: str) -> dict[str, Any]:
-    version, plural, kind = PODGROUP_CRDS[group]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": plural, "singular": "podgroup", "kind": kind, "listKind": f"{kind}List"},
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                    "subresources": {"status": {}},
-                }
-            ],
-        },
-    }
-
-
-@pytest.fixture(scope="module")
-def podgroup_crds(l1_cluster: Any) -> None:
-    """Minimal PodGroup CRDs (schemaless) so gang-scheduling cases can be created on L1."""
-    import time
-
-    api = l1_cluster.api_client()
-    try:
-        dyn = DynamicClient(api)
-        crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-        for group in PODGROUP_CRDS:
-            body = podgroup_crd(group)
-            try:
-                crds.get(name=body["metadata"]["name"])
-            except NotFoundError:
-                crds.create(body=body)
-        deadline = time.monotonic() + 30
-        for group in PODGROUP_CRDS:
-            name = podgroup_crd(group)["metadata"]["name"]
-            while not any(
-                c.get("type") == "Established" and c.get("status") == "True"
-                for c in (crds.get(name=name).to_dict().get("status") or {}).get("conditions") or ()
-            ):
-                assert time.monotonic() < deadline, f"CRD {name} not established"
-                time.sleep(0.1)
-    finally:
-        api.close()
-
-
-def renderable_cases() -> list[str]:
-    out = []
-    for case in cases():
-        try:
-            if desired_for(case, "ns"):
-                out.append(case)
-        except ValidationError:  # the invalid case renders nothing to create
-            continue
-    return out
-
-
-def desired_for(case: str, namespace: str) -> list[dict[str, Any]]:
-    mpijob, objects, config, now_text = load_case(case)
-    mpijob = copy.deepcopy(mpijob)
-    mpijob["metadata"]["namespace"] = namespace
-    objects = copy.deepcopy(objects)
-    for obj in objects:
-        if obj.get("metadata", {}).get("namespace"):
-            obj["metadata"]["namespace"] = namespace
-    now = parse_time(now_text)
-    observed = Observed.from_objects(objects, now=now, fresh_ssh_key=load_ssh_key(KEY_FILE.read_text()))
-    return render(mpijob, observed, config)
-
-
-def ensure_priority_classes(dyn: DynamicClient, desired: list[dict[str, Any]]) -> None:
-    """PriorityClasses the children name must exist, or Priority admission rejects the pods."""
-    wanted = set()
-    for obj in desired:
-        spec = obj.get("spec") or {}
-        for pod_spec in (spec, (spec.get("template") or {}).get("spec") or {}):
-            if pod_spec.get("priorityClassName"):
-                wanted.add(pod_spec["priorityClassName"])
-    classes = dyn.resources.get(api_version="scheduling.k8s.io/v1", kind="PriorityClass")
-    for name in sorted(wanted):
-        try:
-            classes.get(name=name)
-        except NotFoundError:
-            classes.create(body={"metadata": {"name": name}, "value": 100})
-
-
-def owner_of(desired: list[dict[str, Any]]) -> str:
-    uids = {
-        ref["uid"]
-        for obj in desired
-        for ref in obj["metadata"].get("ownerReferences", ())
-        if ref.get("controller")
-    }
-    assert len(uids) == 1, uids
-    return uids.pop()
-
-
-def read_back(dyn: DynamicClient, desired: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    live = []
-    for obj in desired:
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        live.append(res.get(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]).to_dict())
-    return live
-
-
-def get(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
-    return read_back(dyn, [obj])[0]
 
 
 def record(case: str, namespace: str, owner: str, desired: list[dict], live: list[dict]) -> None:
@@ -180,42 +65,33 @@ def test_render_children_on_the_server_need_no_writes(
     dyn = DynamicClient(api_client)
     ensure_priority_classes(dyn, desired)
 
-    first = plan(desired, [], DEFAULT_POLICY, owner)
+    first = plan(desired, [], POLICY, owner)
     assert len(first.creates) == len(desired)
-    dry = execute(first, dyn, dry_run=True)
+    dry = execute(first, dyn, FIELD_MANAGER, dry_run=True)
     assert dry.ok, dry.failures
     assert all(o.result == "created" for o in dry.done)
     with pytest.raises(NotFoundError):
         get(dyn, desired[0])  # a dry run persists nothing
 
-    done = execute(first, dyn)
+    done = execute(first, dyn, FIELD_MANAGER)
     assert done.ok, done.failures
     assert {c for (_, _, c) in done.request_counts()} == {"201"}
 
     live = read_back(dyn, desired)
-    again = plan(desired, live, DEFAULT_POLICY, owner)
+    again = plan(desired, live, POLICY, owner)
     assert not again, f"server defaulting looks like drift:\n{again}"
     # A converged cluster sees zero writes: executing the empty plan sends nothing.
-    assert not execute(again, dyn).requests
+    assert not execute(again, dyn, FIELD_MANAGER).requests
     # The objects the server returned on create already plan empty too (read your writes).
-    assert not plan(desired, [o.object for o in done.done], DEFAULT_POLICY, owner)
+    assert not plan(desired, [o.object for o in done.done], POLICY, owner)
     if RECORD:
         record(case, namespace, owner, desired, live)
-
-
-def workers_case(namespace: str) -> tuple[list[dict[str, Any]], str]:
-    desired = desired_for("openmpi-pi", namespace)
-    return desired, owner_of(desired)
-
-
-def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objs if o["kind"] == kind]
 
 
 def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client: ApiClient) -> None:
     dyn = DynamicClient(api_client)
     desired, owner = workers_case(namespace)
-    assert execute(plan(desired, [], DEFAULT_POLICY, owner), dyn).ok
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
 
     # Pod: labels are patched (server-side apply), spec drift is ignored.
     desired = copy.deepcopy(desired)
@@ -225,12 +101,12 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     cm = by_kind(desired, "ConfigMap")[0]
     key = next(iter(cm["data"]))
     cm["data"][key] += "# changed\n"
-    step = plan(desired, read_back(dyn, desired), DEFAULT_POLICY, owner)
+    step = plan(desired, read_back(dyn, desired), POLICY, owner)
     assert {str(p.key) for p in step.patches} == {str(ObjectKey.of(worker)), str(ObjectKey.of(cm))}, str(step)
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     live = read_back(dyn, desired)
-    assert not plan(desired, live, DEFAULT_POLICY, owner)
+    assert not plan(desired, live, POLICY, owner)
     live_worker = get(dyn, worker)
     assert live_worker["metadata"]["labels"]["extra"] == "yes"
     assert live_worker["spec"]["containers"][0]["image"] != "changed:latest"
@@ -240,20 +116,20 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     # Delete: a worker no longer desired goes, with its UID as precondition.
     gone = by_kind(desired, "Pod")[-1]
     smaller = [o for o in desired if o is not gone]
-    step = plan(smaller, read_back(dyn, desired), DEFAULT_POLICY, owner)
+    step = plan(smaller, read_back(dyn, desired), POLICY, owner)
     assert [str(d.key) for d in step.deletes] == [str(ObjectKey.of(gone))]
     stale_uid = step.deletes[0].uid
-    assert execute(step, dyn).ok
+    assert execute(step, dyn, FIELD_MANAGER).ok
     with pytest.raises(NotFoundError):
         get(dyn, gone)
     # ... and a delete whose UID no longer matches is refused (409) and reported as retryable.
-    assert execute(plan([gone], [], DEFAULT_POLICY, owner), dyn).ok  # a successor with a new UID
-    refused = execute(Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)), dyn)
+    assert execute(plan([gone], [], POLICY, owner), dyn, FIELD_MANAGER).ok  # a successor with a new UID
+    refused = execute(Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)), dyn, FIELD_MANAGER)
     assert refused.retry and [f.code for f in refused.failures] == ["409"]
     assert get(dyn, gone)["metadata"]["uid"] != stale_uid
 
     # A create planned from a stale cache meets AlreadyExists: re-plan, nothing overwritten.
-    stale_create = execute(plan([cm], [], DEFAULT_POLICY, owner), dyn)
+    stale_create = execute(plan([cm], [], POLICY, owner), dyn, FIELD_MANAGER)
     assert stale_create.replan and not stale_create.failures
 
     # Conflict: a foreign object with a wanted name is reported and left alone.
@@ -266,9 +142,9 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     dyn.resources.get(api_version="v1", kind="ConfigMap").create(body=foreign, namespace=namespace)
     wanted = copy.deepcopy(cm)
     wanted["metadata"]["name"] = "someone-elses"
-    step = plan([wanted], [get(dyn, foreign)], DEFAULT_POLICY, owner)
+    step = plan([wanted], [get(dyn, foreign)], POLICY, owner)
     assert len(step.conflicts) == 1 and step.writes == 0
-    result = execute(step, dyn, owner_description="MPIJob")
+    result = execute(step, dyn, FIELD_MANAGER, owner_description="MPIJob")
     assert [e.reason for e in result.events] == [ERR_RESOURCE_EXISTS] and not result.requests
     assert get(dyn, foreign)["data"] == {"x": "1"}
 
@@ -277,7 +153,7 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     dyn = DynamicClient(api_client)
     desired = desired_for("suspended", namespace)
     owner = owner_of(desired)
-    assert execute(plan(desired, [], DEFAULT_POLICY, owner), dyn).ok
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
     job = by_kind(desired, "Job")[0]
     assert get(dyn, job)["spec"]["suspend"] is True
 
@@ -287,28 +163,99 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     tmpl["spec"]["nodeSelector"] = {"zone": "b"}
     tmpl["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     tmpl["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/admitted"] = "true"
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert len(step.patches) == 1, str(step)
-    assert execute(step, dyn).ok
-    assert not plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    assert execute(step, dyn, FIELD_MANAGER).ok
+    assert not plan([job], [get(dyn, job)], POLICY, owner)
 
     # Resume: only spec.suspend changes.
     job["spec"]["suspend"] = False
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     assert get(dyn, job)["spec"]["suspend"] is False
 
     # Running: template drift is ignored; a metadata label is still patched, and the apply keeps the
     # (now immutable) template fields we applied while suspended, so the server accepts it.
     job["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "c"}
-    assert not plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    assert not plan([job], [get(dyn, job)], POLICY, owner)
     job["metadata"]["labels"]["phase"] = "running"
-    step = plan([job], [get(dyn, job)], DEFAULT_POLICY, owner)
+    step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/metadata/labels/phase"]
-    result = execute(step, dyn)
+    result = execute(step, dyn, FIELD_MANAGER)
     assert result.ok, result.failures
     live = get(dyn, job)
     assert live["metadata"]["labels"]["phase"] == "running"
     assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "b"}
+
+
+def set_start_time(dyn: DynamicClient, job: dict[str, Any], value: str | None) -> None:
+    """What the Job controller does on start (L1 has none): ``status.startTime`` makes the template
+    immutable even while suspended."""
+    res = dyn.resources.get(api_version="batch/v1", kind="Job")
+    res.status.patch(
+        body={"status": {"startTime": value}},
+        name=job["metadata"]["name"],
+        namespace=job["metadata"]["namespace"],
+        content_type="application/merge-patch+json",
+    )
+
+
+def test_evicted_job_is_suspended_without_touching_its_immutable_template(
+    namespace: str, api_client: ApiClient
+) -> None:
+    """Kueue's eviction: admitted with a nodeSelector and a toleration (applied while suspended), run,
+    then suspended with both removed in one patch. The apply that suspends the launcher must keep what
+    we applied to the template (immutable now) and must not take the Job controller's labels; the
+    re-admission's nodeSelector is applied once the Job may change again."""
+    dyn = DynamicClient(api_client)
+    desired = desired_for("suspended", namespace)
+    owner = owner_of(desired)
+    assert execute(plan(desired, [], POLICY, owner), dyn, FIELD_MANAGER).ok
+    job = copy.deepcopy(by_kind(desired, "Job")[0])
+    tmpl = job["spec"]["template"]["spec"]
+    admitted = copy.deepcopy(job)
+    admitted["spec"]["suspend"] = False
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
+    admitted["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    result = execute(plan([admitted], [get(dyn, job)], POLICY, owner), dyn, FIELD_MANAGER)
+    assert result.ok, result.failures
+    set_start_time(dyn, job, "2026-01-01T00:00:00Z")
+
+    evicted = copy.deepcopy(job)  # suspend: true, no nodeSelector, no toleration
+    assert "nodeSelector" not in tmpl and "tolerations" not in tmpl
+    step = plan([evicted], [get(dyn, job)], POLICY, owner)
+    assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
+    result = execute(step, dyn, FIELD_MANAGER)
+    assert result.ok, result.failures  # before the fix: 422 spec.template ... field is immutable
+    live = get(dyn, job)
+    assert live["spec"]["suspend"] is True
+    assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "b"}
+    ours = [m for m in live["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
+    applied = next(m["fieldsV1"] for m in ours if m["operation"] == "Apply")
+    labels = applied["f:spec"]["f:template"]["f:metadata"]["f:labels"]
+    job_controller = {
+        "controller-uid",
+        "job-name",
+        "batch.kubernetes.io/controller-uid",
+        "batch.kubernetes.io/job-name",
+    }
+    assert job_controller <= set(live["spec"]["template"]["metadata"]["labels"])
+    assert not {f"f:{k}" for k in job_controller} & set(labels), "never owned: we did not render them"
+    assert not plan([evicted], [live], POLICY, owner), "converged while the template is immutable"
+
+    # Re-admission elsewhere, after startTime is cleared (the controller's resume path does that).
+    set_start_time(dyn, job, None)
+    moved = copy.deepcopy(admitted)
+    moved["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "c"}
+    result = execute(plan([moved], [get(dyn, job)], POLICY, owner), dyn, FIELD_MANAGER)
+    assert result.ok, result.failures
+    live = get(dyn, job)
+    assert live["spec"]["suspend"] is False
+    assert live["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "c"}
+    assert (
+        live["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        == job["metadata"]["name"]
+    )
+    assert not plan([moved], [live], POLICY, owner)

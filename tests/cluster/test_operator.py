@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from reconcile.kube import (
     CONFIGMAP,
-    CRD,
     EVENT,
     JOB,
     MPIJOB,
@@ -38,303 +28,16 @@ from reconcile.kube import (
     ApiError,
     Kube,
 )
+from tests.utils import api_writes, controller_uid, pi_job, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name=mpi-operator"
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-
-
-# -- waiting --------------------------------------------------------------------------------------------
-def wait_for(fn: Callable[[], Any], what: str, timeout: float = 30, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except ApiError as err:
-            last = err
-            if err.status != 404:
-                raise
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def now_str() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# -- the operator process -------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Operator:
-    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.log_path = log_dir / f"operator-{self.port}.log"
-        self.argv = [
-            sys.executable,
-            "-m",
-            "reconcile",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            namespace,
-            "--lock-namespace",
-            namespace,
-            "--monitoring-port",
-            str(self.port),
-            "--bind-address",
-            "127.0.0.1",
-            "--log-format",
-            "json",
-            *extra,
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Operator:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        env.pop("KUBECONFIG", None)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
-            )
-        return self
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, b""
-        except OSError:
-            return 0, b""
-
-    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        status, body = self.get("/metrics")
-        assert status == 200, f"/metrics answered {status}"
-        out = {}
-        for line in body.decode().splitlines():
-            if not line or line.startswith("#"):
-                continue
-            name_labels, _, value = line.rpartition(" ")
-            name, _, labels = name_labels.partition("{")
-            pairs = frozenset(
-                tuple(kv.split("=", 1)) for kv in labels.rstrip("}").replace('"', "").split(",") if "=" in kv
-            )
-            out[(name, pairs)] = float(value)
-        return out
-
-    def metric(self, name: str, **labels: str) -> float:
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
-
-    def writes(self) -> float:
-        """API writes (events included) other than the lease renewals."""
-        total = 0.0
-        for (name, labels), value in self.metrics().items():
-            lab = dict(labels)
-            if (
-                name == "mpi_operator_api_requests_total"
-                and lab["verb"] in WRITE_VERBS
-                and lab["kind"] != "Lease"
-            ):
-                total += value
-        return total
-
-    def is_leader(self) -> bool:
-        return self.get("/metrics")[0] == 200 and self.metric("mpi_operator_is_leader") == 1
-
-    def wait_leading(self, timeout: float = 40) -> Operator:
-        wait_for(
-            lambda: self.alive() and self.is_leader() and self.get("/readyz")[0] == 200, "leader", timeout
-        )
-        return self
-
-    def alive(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log()}")
-        return True
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-8000:]
-
-    def terminate(self, timeout: float = 30) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture
-def kube(api_client) -> Kube:
-    return Kube(api_client, qps=0)
-
-
-@pytest.fixture(scope="session")
-def mpijob_crd(l1_cluster) -> None:
-    api = l1_cluster.api_client()
-    try:
-        install_crds(Kube(api, qps=0), [yaml.safe_load_all(CRD_FILE.read_text())])
-    finally:
-        api.close()
-
-
-def install_crds(kube: Kube, docs_lists: list[Any]) -> None:
-    names = []
-    for docs in docs_lists:
-        for doc in docs:
-            if not doc:
-                continue
-            try:
-                kube.create(CRD, None, doc)
-            except ApiError as err:
-                if err.status != 409:
-                    raise
-            names.append(doc["metadata"]["name"])
-    for name in names:
-
-        def established(name: str = name) -> bool:
-            crd = kube.get(CRD, None, name)
-            return any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in (crd.get("status") or {}).get("conditions") or []
-            )
-
-        wait_for(established, f"CRD {name} Established")
-    time.sleep(1)  # discovery lags a moment behind Established
-
-
-def podgroup_crd(group: str, version: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"podgroups.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {
-                "plural": "podgroups",
-                "singular": "podgroup",
-                "kind": "PodGroup",
-                "listKind": "PodGroupList",
-            },
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-@pytest.fixture(scope="session")
-def podgroup_crds(l1_cluster) -> None:
-    """Minimal PodGroup CRDs of volcano and scheduler-plugins (schemaless specs)."""
-    api = l1_cluster.api_client()
-    try:
-        install_crds(
-            Kube(api, qps=0),
-            [
-                [
-                    podgroup_crd("scheduling.volcano.sh", "v1beta1"),
-                    podgroup_crd("scheduling.x-k8s.io", "v1alpha1"),
-                ]
-            ],
-        )
-    finally:
-        api.close()
-
-
-@pytest.fixture
-def start_operator(l1_cluster, namespace, mpijob_crd, tmp_path, request) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-    failed_before = request.session.testsfailed
-
-    def start(*extra: str, wait: bool = True) -> Operator:
-        op = Operator(l1_cluster.kubeconfig, namespace, tmp_path, *extra).start()
-        started.append(op)
-        if wait:
-            op.wait_leading()
-        return op
-
-    yield start
-    for op in started:
-        op.terminate()
-    if request.session.testsfailed > failed_before:  # the call phase failed: show what the operator said
-        for op in started:
-            print(f"--- operator log ({op.port}) ---\n{op.log()}")
-
-
 # -- objects --------------------------------------------------------------------------------------------
-def mpijob(name: str = "pi", workers: int = 2, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "launcher",
-                                    "image": "mpi-pi",
-                                    "command": ["mpirun", "-n", "2", "pi"],
-                                }
-                            ]
-                        }
-                    },
-                },
-                "Worker": {
-                    "replicas": workers,
-                    "template": {"spec": {"containers": [{"name": "worker", "image": "mpi-pi"}]}},
-                },
-            },
-        },
-    }
-    for key, value in spec.items():
-        if key == "runPolicy":
-            body["spec"]["runPolicy"].update(value)
-        else:
-            body["spec"][key] = value
-    return body
-
-
 def create_mpijob(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     return kube.create(MPIJOB, namespace, body)
 
@@ -493,18 +196,11 @@ def exists(kube: Kube, res: Any, ns: str, name: str) -> bool:
         raise
 
 
-def controller_uid(obj: dict[str, Any]) -> str | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref["uid"]
-    return None
-
-
 # -- upstream's integration scenarios ------------------------------------------------------------------
 @pytest.mark.l1
 def test_mpijob_success(kube, namespace, start_operator):
     op = start_operator()
-    job = create_mpijob(kube, namespace, mpijob())
+    job = create_mpijob(kube, namespace, pi_job())
     uid = job["metadata"]["uid"]
 
     wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobCreated"), "event MPIJobCreated")
@@ -568,7 +264,7 @@ def test_mpijob_success(kube, namespace, start_operator):
 @pytest.mark.l1
 def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
     start_operator()
-    create_mpijob(kube, namespace, mpijob(launcherCreationPolicy="WaitForWorkersReady"))
+    create_mpijob(kube, namespace, pi_job(launcherCreationPolicy="WaitForWorkersReady"))
     pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
     for pod in pods:
         set_pod_status(kube, pod, "Running", ready=False)
@@ -596,7 +292,7 @@ def launcher_template_spec(kube: Kube, ns: str) -> dict[str, Any]:
 @pytest.mark.l1
 def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, start_operator):
     start_operator()
-    create_mpijob(kube, namespace, mpijob(runPolicy={"suspend": True}))
+    create_mpijob(kube, namespace, pi_job(run_policy={"suspend": True}))
     wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobSuspended"), "event MPIJobSuspended")
     assert has_event(kube, namespace, "Normal", "MPIJobCreated")
     launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "suspended launcher Job")
@@ -668,7 +364,7 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
 @pytest.mark.l1
 def test_mpijob_failure(kube, namespace, start_operator):
     op = start_operator()
-    create_mpijob(kube, namespace, mpijob())
+    create_mpijob(kube, namespace, pi_job())
     pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
     for pod in pods:
         set_pod_status(kube, pod, "Running", ready=True)
@@ -706,7 +402,7 @@ def test_mpijob_failure(kube, namespace, start_operator):
 @pytest.mark.l1
 def test_mpijob_with_scheduler_plugins(kube, namespace, start_operator, podgroup_crds):
     start_operator("--gang-scheduling", "scheduler-plugins-scheduler")
-    create_mpijob(kube, namespace, mpijob(runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 900}}))
+    create_mpijob(kube, namespace, pi_job(run_policy={"schedulingPolicy": {"scheduleTimeoutSeconds": 900}}))
     pg = wait_for(lambda: kube.get(SCHED_PLUGINS_PODGROUP, namespace, "pi"), "scheduler-plugins PodGroup")
     assert pg["spec"]["minMember"] == 3
     assert pg["spec"]["scheduleTimeoutSeconds"] == 900
@@ -725,7 +421,9 @@ def test_mpijob_with_scheduler_plugins(kube, namespace, start_operator, podgroup
 @pytest.mark.l1
 def test_mpijob_with_volcano(kube, namespace, start_operator, podgroup_crds):
     start_operator("--gang-scheduling", "volcano")
-    create_mpijob(kube, namespace, mpijob(runPolicy={"schedulingPolicy": {"minAvailable": 3, "queue": "q1"}}))
+    create_mpijob(
+        kube, namespace, pi_job(run_policy={"schedulingPolicy": {"minAvailable": 3, "queue": "q1"}})
+    )
     pg = wait_for(lambda: kube.get(VOLCANO_PODGROUP, namespace, "pi"), "volcano PodGroup")
     assert pg["spec"]["minMember"] == 3
     assert pg["spec"]["queue"] == "q1"
@@ -747,9 +445,9 @@ def test_mpijob_with_volcano(kube, namespace, start_operator, podgroup_crds):
 @pytest.mark.l1
 def test_mpijob_managed_externally(kube, namespace, start_operator):
     op = start_operator()
-    create_mpijob(kube, namespace, mpijob(runPolicy={"managedBy": "kueue.x-k8s.io/multikueue"}))
+    create_mpijob(kube, namespace, pi_job(run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}))
     # a job we do manage, as a witness that the operator is working in this namespace
-    create_mpijob(kube, namespace, mpijob("witness"))
+    create_mpijob(kube, namespace, pi_job("witness"))
     wait_for(lambda: exists(kube, SERVICE, namespace, "witness"), "the witness job's Service")
     time.sleep(1)
     job = get_job(kube, namespace)
@@ -758,7 +456,7 @@ def test_mpijob_managed_externally(kube, namespace, start_operator):
     assert not exists(kube, SERVICE, namespace, "pi")
     assert not exists(kube, SECRET, namespace, "pi-ssh")
     assert workers(kube, namespace) == []
-    op.alive()
+    assert op.alive(), op.log_tail()
 
 
 # -- beyond upstream ----------------------------------------------------------------------------------
@@ -770,7 +468,7 @@ def test_foreign_configmap_is_left_alone_and_reported(kube, namespace, start_ope
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config"}, "data": {"mine": "yes"}},
     )
     start_operator()
-    create_mpijob(kube, namespace, mpijob())
+    create_mpijob(kube, namespace, pi_job())
     wait_for(lambda: has_event(kube, namespace, "Warning", "ErrResourceExists"), "event ErrResourceExists")
     wait_for(lambda: exists(kube, SERVICE, namespace, "pi"), "the other children still appear")
     time.sleep(1)
@@ -787,7 +485,7 @@ def test_foreign_configmap_is_left_alone_and_reported(kube, namespace, start_ope
 @pytest.mark.l1
 def test_no_writes_once_converged(kube, namespace, start_operator):
     op = start_operator()
-    create_mpijob(kube, namespace, mpijob(workers=3))
+    create_mpijob(kube, namespace, pi_job(workers=3))
     pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
     for pod in pods:
         set_pod_status(kube, pod, "Running", ready=True)
@@ -796,7 +494,7 @@ def test_no_writes_once_converged(kube, namespace, start_operator):
     set_pod_status(kube, lpod, "Running", ready=True)
     wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running")
     time.sleep(3)  # let the last watch events settle
-    before = op.writes()
+    before = api_writes(op)
     rv_before = {
         (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
         for o in all_children(kube, namespace)
@@ -813,7 +511,7 @@ def test_no_writes_once_converged(kube, namespace, start_operator):
         if key not in (("MPIJob", "pi"), ("Pod", pods[0]["metadata"]["name"]))
     }
     time.sleep(6)
-    assert op.writes() == before, "the operator wrote during a quiet interval"
+    assert api_writes(op) == before, "the operator wrote during a quiet interval"
     rv_after = {
         (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
         for o in all_children(kube, namespace)

@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import tests.cluster.test_operator as base
 from reconcile.kube import MPIJOB, POD
-from tests.cluster.test_operator import create_mpijob, mpijob, wait_for
-
-kube = base.kube
-mpijob_crd = base.mpijob_crd
-start_operator = base.start_operator
+from tests.utils import pi_job, wait_for
 
 JOBS = 200
 WORKERS = 4
@@ -44,7 +39,7 @@ def test_memory_for_200_jobs_with_4_workers(kube, namespace, start_operator):
     )
     began = time.monotonic()
     for i in range(JOBS):
-        create_mpijob(kube, namespace, mpijob(f"job{i:03d}", workers=WORKERS))
+        kube.create(MPIJOB, namespace, pi_job(f"job{i:03d}", workers=WORKERS))
 
     def all_built() -> bool:
         pods = kube.list(POD, namespace, labelSelector="training.kubeflow.org/job-role=worker", limit=5000)
@@ -65,6 +60,6 @@ def test_memory_for_200_jobs_with_4_workers(kube, namespace, start_operator):
     wait_for(all_created, "every job Created", timeout=300, interval=2)
     built = time.monotonic() - began
     time.sleep(3)
-    rss = rss_mib(op.proc.pid)
+    rss = rss_mib(op.pid)
     print(f"\n[memory] {JOBS} jobs x {WORKERS} workers built in {built:.0f}s; operator RSS {rss:.1f} MiB")
     assert rss < LIMIT_MIB, f"operator RSS {rss:.1f} MiB >= {LIMIT_MIB} MiB"

@@ -13,14 +13,8 @@ from typing import Any
 
 import pytest
 
-import tests.cluster.test_operator as base
 from reconcile.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.cluster.test_operator import controller_uid, create_mpijob, mpijob, wait_for
-
-# the fixtures of the operator tests
-kube = base.kube
-mpijob_crd = base.mpijob_crd
-start_operator = base.start_operator
+from tests.utils import api_writes, controller_uid, pi_job, wait_for
 
 JOBS = 6
 WORKERS = 3
@@ -55,11 +49,11 @@ def test_sigkill_mid_reconcile_then_restart_converges(kube, namespace, start_ope
     first = start_operator("--kube-api-qps", "2", "--kube-api-burst", "2")
     jobs = {}
     for i in range(JOBS):
-        obj = create_mpijob(kube, namespace, mpijob(f"job{i}", workers=WORKERS))
+        obj = kube.create(MPIJOB, namespace, pi_job(f"job{i}", workers=WORKERS))
         jobs[f"job{i}"] = obj["metadata"]["uid"]
     total = JOBS * (4 + WORKERS)
-    wait_for(lambda: first.writes() >= 5, "some writes", timeout=120)
-    writes = first.writes()
+    wait_for(lambda: api_writes(first) >= 5, "some writes", timeout=120)
+    writes = api_writes(first)
     first.kill()
     assert 0 < writes < total, f"kill did not land mid-reconcile: {writes} of {total} writes"
     assert not converged(kube, namespace, jobs)
@@ -75,9 +69,9 @@ def test_sigkill_mid_reconcile_then_restart_converges(kube, namespace, start_ope
             f"{name} Created",
         )
     time.sleep(3)
-    before = second.writes()
+    before = api_writes(second)
     time.sleep(6)
-    assert second.writes() == before, "writes after convergence"
+    assert api_writes(second) == before, "writes after convergence"
     assert converged(kube, namespace, jobs)
 
 
@@ -86,26 +80,26 @@ def test_two_replicas_only_the_leader_writes(kube, namespace, start_operator):
     a = start_operator(wait=False)
     b = start_operator(wait=False)
     wait_for(
-        lambda: a.alive() and b.alive() and a.get("/healthz")[0] == b.get("/healthz")[0] == 200, "probes"
+        lambda: a.alive() and b.alive() and a.http("/healthz")[0] == b.http("/healthz")[0] == 200, "probes"
     )
     wait_for(lambda: a.alive() and b.alive() and (a.is_leader() or b.is_leader()), "a leader", timeout=40)
     leader, standby = (a, b) if a.is_leader() else (b, a)
     assert not standby.is_leader()
-    assert standby.get("/readyz")[0] == 200  # a standby is ready (it serves nothing but could take over)
+    assert standby.http("/readyz")[0] == 200  # a standby is ready (it serves nothing but could take over)
     lease = kube.get(LEASE, namespace, "mpi-operator")
     assert lease["spec"]["holderIdentity"].split("_")[0]  # <hostname>_<uuid>
 
-    uid = create_mpijob(kube, namespace, mpijob("one", workers=WORKERS))["metadata"]["uid"]
+    uid = kube.create(MPIJOB, namespace, pi_job("one", workers=WORKERS))["metadata"]["uid"]
     wait_for(lambda: converged(kube, namespace, {"one": uid}), "job one built")
-    assert leader.writes() > 0
-    assert standby.writes() == 0, "the standby wrote"
+    assert api_writes(leader) > 0
+    assert api_writes(standby) == 0, "the standby wrote"
 
     # SIGTERM: the leader stops its workers, releases the lease, exits 0; the standby takes over at once.
     t0 = time.monotonic()
-    assert leader.terminate() == 0
+    assert leader.stop() == 0
     wait_for(standby.is_leader, "standby takes over", timeout=20)
     took_over = time.monotonic() - t0
     assert took_over < 12, f"took {took_over:.1f}s: lease not released?"
-    uid2 = create_mpijob(kube, namespace, mpijob("two", workers=WORKERS))["metadata"]["uid"]
+    uid2 = kube.create(MPIJOB, namespace, pi_job("two", workers=WORKERS))["metadata"]["uid"]
     wait_for(lambda: converged(kube, namespace, {"one": uid, "two": uid2}), "job two built by the new leader")
-    assert standby.writes() > 0
+    assert api_writes(standby) > 0

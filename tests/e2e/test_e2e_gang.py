@@ -1,5 +1,5 @@
 """Gang scheduling end to end (upstream's e2e scenarios 12 and 13): the operator restarted with
-`--gang-scheduling`, the PodGroup CRDs installed (tests/e2e/crds), a PodGroup per job.
+`--gang-scheduling`, the PodGroup CRDs installed (tests/crds), a PodGroup per job.
 
 No real Volcano or scheduler-plugins runs here. Until a test starts a second kube-scheduler serving the
 gang scheduler's name, nothing binds the job's pods, which is what a gang scheduler does while the
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from reconcile.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
-from tests.e2e.conftest import E2E, KNOB, condition_is, extra_scheduler, phase, pi_job
+from tests.e2e.support import E2E, KNOB, condition_is, extra_scheduler, phase
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -38,6 +39,8 @@ def pod_in_group(pod: dict, flag: str, job: str) -> bool:
 
 def gang_job(resources: bool) -> dict:
     job = pi_job(
+        root=True,
+        resources=False,
         launcher_annotations={f"{KNOB}delay": "3s"},
         run_policy={"schedulingPolicy": {"minResources": dict(HUGE)}},
     )
@@ -49,7 +52,7 @@ def gang_job(resources: bool) -> dict:
 
 def run_gang_job(e2e: E2E, case: str, tmp_path: Path, resources: bool, computed: dict | None) -> None:
     flag, pg_res, scheduler_name = CASES[case]
-    with e2e.operator.flags(f"--gang-scheduling={flag}"):
+    with e2e.operator.with_flags(f"--gang-scheduling={flag}"):
         e2e.submit(gang_job(resources))
         e2e.wait_condition("pi", "Created")
         pg = e2e.wait_for(lambda: e2e.find("pi", pg_res), f"{pg_res.kind} pi", job="pi")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from reconcile.kube import JOB, POD
-from tests.e2e.conftest import (
+from tests.e2e.support import (
     E2E,
     HOLD,
     KNOB,
@@ -22,9 +22,9 @@ from tests.e2e.conftest import (
     labelled_node,
     name_of,
     phase,
-    pi_job,
     pod_ready,
 )
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -34,7 +34,7 @@ def running_workers(e2e: E2E, job: str) -> list[str]:
 
 
 def test_ttl_after_finished_deletes_the_mpijob(e2e: E2E) -> None:
-    created = e2e.submit(pi_job(run_policy={"ttlSecondsAfterFinished": 3}))
+    created = e2e.submit(pi_job(root=True, run_policy={"ttlSecondsAfterFinished": 3}))
     job = e2e.wait_condition("pi", "Succeeded")
     assert job["metadata"]["uid"] == created["metadata"]["uid"]
     finished = time.monotonic()
@@ -46,7 +46,7 @@ def test_ttl_after_finished_deletes_the_mpijob(e2e: E2E) -> None:
 
 
 def test_deadline_fails_a_running_job_and_cleans_up(e2e: E2E) -> None:
-    e2e.submit(pi_job(launcher_annotations=HOLD, run_policy={"activeDeadlineSeconds": 6}))
+    e2e.submit(pi_job(root=True, launcher_annotations=HOLD, run_policy={"activeDeadlineSeconds": 6}))
     e2e.wait_condition("pi", "Running")
     job = e2e.wait_condition("pi", "Failed", timeout=30)
     failed = conditions(job)["Failed"]
@@ -59,7 +59,7 @@ def test_deadline_fails_a_running_job_and_cleans_up(e2e: E2E) -> None:
 
 
 def test_evicted_worker_is_replaced_and_the_job_succeeds(e2e: E2E) -> None:
-    e2e.submit(pi_job(launcher_annotations=HOLD))
+    e2e.submit(pi_job(root=True, launcher_annotations=HOLD))
     e2e.wait_condition("pi", "Running")
     before = {name_of(p): p["metadata"]["uid"] for p in e2e.workers("pi")}
     assert set(before) == {"pi-worker-0", "pi-worker-1"}
@@ -87,7 +87,7 @@ def test_evicted_worker_is_replaced_and_the_job_succeeds(e2e: E2E) -> None:
 
 
 def test_scaling_workers_updates_pods_hostfile_and_discover_hosts(e2e: E2E) -> None:
-    e2e.submit(pi_job(launcher_annotations=HOLD))
+    e2e.submit(pi_job(root=True, launcher_annotations=HOLD))
     e2e.wait_condition("pi", "Running")
     ns = e2e.ns
 
@@ -127,7 +127,7 @@ def test_scaling_workers_updates_pods_hostfile_and_discover_hosts(e2e: E2E) -> N
 def test_wait_for_workers_ready_holds_across_suspend_and_resume(e2e: E2E) -> None:
     # Workers can only run on a node that does not exist yet, so they stay Pending and never Ready.
     pool = {"mpijob.dev/e2e-pool": e2e.ns}
-    job = pi_job(launcher_annotations={f"{KNOB}delay": "2s"}, run_policy={"suspend": True})
+    job = pi_job(root=True, launcher_annotations={f"{KNOB}delay": "2s"}, run_policy={"suspend": True})
     job["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = dict(pool)
     e2e.submit(job)
@@ -166,7 +166,7 @@ def test_wait_for_workers_ready_holds_across_suspend_and_resume(e2e: E2E) -> Non
 
 
 def test_deleting_the_mpijob_removes_every_child(e2e: E2E) -> None:
-    created = e2e.submit(pi_job(launcher_annotations=HOLD))
+    created = e2e.submit(pi_job(root=True, launcher_annotations=HOLD))
     uid = created["metadata"]["uid"]
     e2e.wait_condition("pi", "Running")
     kinds = {o["kind"] for o in e2e.children(uid)}

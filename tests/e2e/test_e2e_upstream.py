@@ -8,7 +8,8 @@ import time
 import pytest
 
 from reconcile.kube import CONFIGMAP, JOB, SECRET
-from tests.e2e.conftest import E2E, KNOB, condition_is, conditions, phase, pi_job
+from tests.e2e.support import E2E, KNOB, condition_is, conditions, phase
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -25,7 +26,7 @@ def assert_succeeded(e2e: E2E, name: str) -> dict:
 
 def test_openmpi_succeeds(e2e: E2E) -> None:
     # The launcher runs 3 s, long enough for Running to be observed before success.
-    e2e.submit(pi_job(launcher_annotations={f"{KNOB}delay": "3s"}))
+    e2e.submit(pi_job(root=True, launcher_annotations={f"{KNOB}delay": "3s"}))
     running = e2e.wait_condition("pi", "Running")
     assert conditions(running)["Running"]["reason"] == "MPIJobRunning"
     assert conditions(running)["Created"]["status"] == "True"
@@ -41,6 +42,7 @@ def test_openmpi_succeeds(e2e: E2E) -> None:
 def test_openmpi_launcher_failure_ends_failed_with_exit_code(e2e: E2E) -> None:
     e2e.submit(
         pi_job(
+            root=True,
             launcher_annotations={f"{KNOB}exit-code": "3", f"{KNOB}delay": "500ms"},
             run_policy={"backoffLimit": 1},
         )
@@ -62,7 +64,7 @@ def test_openmpi_launcher_failure_ends_failed_with_exit_code(e2e: E2E) -> None:
 
 
 def test_suspended_at_creation_then_resumed(e2e: E2E) -> None:
-    e2e.submit(pi_job(run_policy={"suspend": True}))
+    e2e.submit(pi_job(root=True, run_policy={"suspend": True}))
     job = e2e.wait_condition("pi", "Suspended")
     assert conditions(job)["Suspended"]["reason"] == "MPIJobSuspended"
     assert condition_is(job, "Running", "False")
@@ -81,7 +83,7 @@ def test_suspended_at_creation_then_resumed(e2e: E2E) -> None:
 
 
 def test_host_network(e2e: E2E) -> None:
-    job = pi_job(workers=1)
+    job = pi_job(root=True, workers=1)
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         spec["template"]["spec"]["hostNetwork"] = True
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"] = [
@@ -103,7 +105,7 @@ def test_non_root_ssh_auth_mount_path(e2e: E2E) -> None:
     e2e.wait_for(lambda: len(e2e.workers("pi")) == 2, "2 worker pods", job="pi")
     for pod in e2e.workers("pi"):
         container = pod["spec"]["containers"][0]
-        assert container["command"][:2] == ["/usr/sbin/sshd", "-De"]
+        assert [*container.get("command", []), *container.get("args", [])][:2] == ["/usr/sbin/sshd", "-De"]
         mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or []}
         assert "/home/mpiuser/.ssh" in mounts.values(), mounts
         secret = next(v["secret"] for v in pod["spec"]["volumes"] if "secret" in v)
@@ -156,8 +158,8 @@ def test_intel_and_mpich(e2e: E2E, impl: str, root: bool) -> None:
 
 
 def test_custom_cluster_domain_with_launcher_as_worker(e2e: E2E) -> None:
-    with e2e.operator.flags("--cluster-domain=cluster.local"):
-        e2e.submit(pi_job(runLauncherAsWorker=True, launcher_annotations={f"{KNOB}delay": "2s"}))
+    with e2e.operator.with_flags("--cluster-domain=cluster.local"):
+        e2e.submit(pi_job(root=True, runLauncherAsWorker=True, launcher_annotations={f"{KNOB}delay": "2s"}))
         e2e.wait_for(lambda: e2e.find("pi-config", CONFIGMAP), "ConfigMap pi-config", job="pi")
         ns = e2e.ns
         # The launcher's own line is its bare hostname (tests/mpi/FINDINGS.md, finding 1).

@@ -1,19 +1,25 @@
-"""Controller logic that needs no server: event → key mapping, the policy data, the launcher template
-merge, SSH key reuse across retries, and names held by objects our watches cannot see."""
+"""Controller logic that needs no server: event → key mapping, the policy data, SSH key reuse across
+retries, and names held by objects our watches cannot see."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 
 import pytest
 
 import render
-from reconcile.controller import POLICY, Controller
+from reconcile import controller as controller_module
+from reconcile.children import POLICY
+from reconcile.controller import Controller
+from reconcile.engine.plan import Plan
+from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.events import EventRecorder
-from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube
+from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube, resource_for
 from reconcile.metrics import Metrics
-from reconcile.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
-from reconcile.syncstate import merge_launcher_template_metadata
+from render.timeutil import parse_time
+from render.yamlio import load_objects
+from tests.unit import golden_cases
 from tests.unit.test_controller import FakeKube
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -94,32 +100,6 @@ def test_gang_scheduling_adds_podgroup_and_priorityclass_informers():
     assert c.podgroup_res.api_version == "scheduling.volcano.sh/v1beta1"
     assert c.priority_classes is not None
     assert controller(gang="sp-scheduler").podgroup_res.api_version == "scheduling.x-k8s.io/v1alpha1"
-
-
-def job_with_template(labels, annotations=None, owner="u"):
-    meta = {"labels": labels}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "pi-launcher", "ownerReferences": [{"uid": owner, "controller": True}]},
-        "spec": {"template": {"metadata": meta, "spec": {}}},
-    }
-
-
-def test_launcher_template_labels_are_merged_over_live():
-    live = job_with_template({"controller-uid": "x", "job-name": "pi-launcher", "old": "1"}, {"a": "1"})
-    want = job_with_template({"old": "2", "new": "3"})
-    merge_launcher_template_metadata([want], [live])
-    meta = want["spec"]["template"]["metadata"]
-    assert meta["labels"] == {"controller-uid": "x", "job-name": "pi-launcher", "old": "2", "new": "3"}
-    assert meta["annotations"] == {"a": "1"}
-    # not ours: untouched
-    foreign = job_with_template({"x": "y"}, owner="other")
-    want2 = job_with_template({"new": "3"})
-    merge_launcher_template_metadata([want2], [foreign])
-    assert want2["spec"]["template"]["metadata"]["labels"] == {"new": "3"}
 
 
 def minimal_job():
@@ -234,3 +214,46 @@ def test_managed_externally_and_deleted_jobs_are_left_alone():
     c.sync("ns/gone")  # not in the cache: only the job_info series goes
     assert kube.calls == []
     assert b"gone-launcher" not in c.metrics.exposition()
+
+
+# Cases with a live launcher Job, but not the one whose TTL expired (the sync deletes the MPIJob).
+LAUNCHER_CASES = [
+    c
+    for c in golden_cases.cases()
+    if any(o.get("kind") == "Job" for o in golden_cases.load_case(c)[1])
+    and "ttl_expired: true" not in (golden_cases.GOLDEN / c / "lifecycle.yaml").read_text()
+]
+
+
+@pytest.mark.parametrize("case", LAUNCHER_CASES)
+def test_the_controller_plans_exactly_what_render_returns(case, monkeypatch):
+    """The golden children are what the sync hands the engine: no controller-side edits of render's
+    output (the launcher template labels once were merged over live ones)."""
+    mpijob, objects, config, now_text = golden_cases.load_case(case)
+    kube = FakeKube()
+    kube.api_client = None  # execute gets an empty plan: no request
+    for o in [mpijob, *objects]:
+        o["metadata"].setdefault("resourceVersion", "1")
+        if o["kind"] == "Job":  # the labels the API server adds to a Job's template
+            template = o.setdefault("spec", {}).setdefault("template", {})
+            labels = template.setdefault("metadata", {}).setdefault("labels", {})
+            labels.update({"controller-uid": "x", "batch.kubernetes.io/job-name": o["metadata"]["name"]})
+        kube.objects[(resource_for(o).plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+    c = Controller(
+        kube, config, metrics=Metrics(), recorder=EventRecorder(kube), now=lambda: parse_time(now_text)
+    )
+    c.mpijobs.observe(mpijob)
+    for o in objects:
+        inf = c._informer_for(o)
+        if inf is not None:
+            inf.observe(o)
+    planned = []
+
+    def capture(desired, live, policy, owner_uid, **kw):
+        planned.append(copy.deepcopy(desired))
+        return Plan()
+
+    monkeypatch.setattr(controller_module, "plan", capture)
+    c.sync(f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}")
+    golden = load_objects((golden_cases.GOLDEN / case / "children.yaml").read_text())
+    assert planned == [golden]

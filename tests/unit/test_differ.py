@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import controller_uid, plan
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Plan, Wait
-from reconcile.policy import DEFAULT_POLICY, KindPolicy, MutableWhen, PathIs, Policy
-from reconcile.semantics import holds, is_zero, mask, scalar_equal, strict_equal
-from reconcile.semantics_lists import list_type
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import controller_uid, plan
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Plan, Wait
+from reconcile.engine.policy import KindPolicy, MutableWhen, PathIs, Policy
+from reconcile.engine.semantics import holds, is_zero, mask, scalar_equal, strict_equal
+from reconcile.engine.semantics_lists import list_type
 
 OWNER = "11111111-1111-1111-1111-111111111111"
 OTHER = "22222222-2222-2222-2222-222222222222"
@@ -158,7 +159,7 @@ def only(plan_: Plan) -> Any:
 
 def test_missing_objects_are_created_in_kind_order_preserving_render_order() -> None:
     desired = [job(), pod("pi-worker-1"), configmap(), pod("pi-worker-0"), service()]
-    result = plan(desired, [], DEFAULT_POLICY, OWNER)
+    result = plan(desired, [], POLICY, OWNER)
     assert [str(c.key) for c in result.creates] == [
         f"Service {NS}/pi",
         f"ConfigMap {NS}/pi-config",
@@ -174,9 +175,9 @@ def test_missing_objects_are_created_in_kind_order_preserving_render_order() -> 
 def test_identity_is_group_kind_namespace_name_not_version() -> None:
     desired = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "pi", spec={"minMember": 2})
     live = as_live(obj("scheduling.x-k8s.io/v1beta1", "PodGroup", "pi", spec={"minMember": 2}))
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([desired], [live], POLICY, OWNER)
     other_group = as_live(obj("scheduling.volcano.sh/v1beta1", "PodGroup", "pi", spec={"minMember": 2}))
-    result = plan([desired], [other_group], DEFAULT_POLICY, OWNER)
+    result = plan([desired], [other_group], POLICY, OWNER)
     assert len(result.creates) == 1 and len(result.deletes) == 1
     assert ObjectKey.of(desired) == ObjectKey("scheduling.x-k8s.io", "PodGroup", NS, "pi")
 
@@ -184,7 +185,7 @@ def test_identity_is_group_kind_namespace_name_not_version() -> None:
 def test_owned_objects_no_longer_desired_are_deleted_with_their_uid() -> None:
     keep, gone = pod("pi-worker-0"), pod("pi-worker-1")
     live = [as_live(keep, "uid-0"), as_live(gone, "uid-1"), as_live(configmap(), "uid-cm")]
-    result = plan([keep], live, DEFAULT_POLICY, OWNER)
+    result = plan([keep], live, POLICY, OWNER)
     assert result.deletes == (
         Delete(ObjectKey("", "Pod", NS, "pi-worker-1"), "v1", "uid-1"),
         Delete(ObjectKey("", "ConfigMap", NS, "pi-config"), "v1", "uid-cm"),
@@ -201,7 +202,7 @@ def test_objects_we_do_not_control_are_never_deleted() -> None:
     non_controller["metadata"]["ownerReferences"] = [owner_ref(controller=False)]
     unowned = as_live(configmap("stray"), "uid-s")
     del unowned["metadata"]["ownerReferences"]
-    assert not plan([], [launcher_pod, non_controller, unowned], DEFAULT_POLICY, OWNER)
+    assert not plan([], [launcher_pod, non_controller, unowned], POLICY, OWNER)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +218,7 @@ def test_wanted_name_held_by_foreign_object_is_a_conflict_and_untouched(refs: li
     desired = configmap(hostfile="new\n")
     live = as_live(configmap(hostfile="old\n"), "uid-foreign")
     live["metadata"]["ownerReferences"] = refs
-    result = plan([desired], [live], DEFAULT_POLICY, OWNER)
+    result = plan([desired], [live], POLICY, OWNER)
     conflict = only(result)
     assert isinstance(conflict, Conflict)
     assert conflict.holder_uid == "uid-foreign"
@@ -229,17 +230,17 @@ def test_wanted_name_held_by_foreign_object_is_a_conflict_and_untouched(refs: li
 def test_objects_being_deleted_are_waited_for_not_patched_or_deleted_again() -> None:
     desired = configmap(hostfile="new\n")
     dying = as_live(configmap(hostfile="old\n"), "uid-old", deletionTimestamp="2026-01-01T00:00:01Z")
-    assert plan([desired], [dying], DEFAULT_POLICY, OWNER) == Plan(
+    assert plan([desired], [dying], POLICY, OWNER) == Plan(
         waits=(Wait(ObjectKey("", "ConfigMap", NS, "pi-config"), "uid-old"),)
     )
-    assert not plan([], [dying], DEFAULT_POLICY, OWNER)
+    assert not plan([], [dying], POLICY, OWNER)
 
 
 def test_plan_needs_an_owner_and_unique_desired_objects() -> None:
     with pytest.raises(ValueError, match="owner_uid"):
-        plan([], [], DEFAULT_POLICY, "")
+        plan([], [], POLICY, "")
     with pytest.raises(ValueError, match="twice"):
-        plan([configmap(), configmap()], [], DEFAULT_POLICY, OWNER)
+        plan([configmap(), configmap()], [], POLICY, OWNER)
 
 
 # --- zero writes when live holds what we render ---------------------------------------------------------
@@ -258,7 +259,7 @@ def test_converged_objects_with_server_defaults_produce_no_plan() -> None:
     live[0]["spec"]["ports"][0]["protocol"] = "TCP"
     live[3]["spec"]["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": "x"}}
     live[3]["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = "x"
-    result = plan(desired, live, DEFAULT_POLICY, OWNER)
+    result = plan(desired, live, POLICY, OWNER)
     assert not result, str(result)
     assert str(result) == "plan: no changes"
 
@@ -309,9 +310,9 @@ def test_label_and_annotation_maps_are_subsets() -> None:
     desired["metadata"]["labels"] = {"app": "pi"}
     live = as_live(desired)
     live["metadata"]["labels"]["added-by-someone"] = "x"
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([desired], [live], POLICY, OWNER)
     live["metadata"]["labels"]["app"] = "other"
-    assert plan([desired], [live], DEFAULT_POLICY, OWNER).patches
+    assert plan([desired], [live], POLICY, OWNER).patches
 
 
 def test_list_maps_compare_by_key_in_any_order() -> None:
@@ -371,7 +372,7 @@ def test_mask_shows_live_through_the_desired_shape() -> None:
 def test_secret_string_data_is_compared_as_base64_data() -> None:
     desired = obj("v1", "Secret", "pi-ssh", type="Opaque", stringData={"k": "v"})
     live = as_live(obj("v1", "Secret", "pi-ssh", type="Opaque", data={"k": "dg=="}))
-    policy = Policy(kinds={("", "Secret"): KindPolicy("patch")})
+    policy = Policy(field_manager=FIELD_MANAGER, kinds={("", "Secret"): KindPolicy("patch")})
     assert not plan([desired], [live], policy, OWNER)
     live["data"]["k"] = "dzI="
     assert plan([desired], [live], policy, OWNER).patches[0].json_patch == (
@@ -385,7 +386,7 @@ def test_secret_string_data_is_compared_as_base64_data() -> None:
 def test_patch_mode_kind_is_applied_whole_with_a_json_patch_description() -> None:
     desired = configmap(hostfile="pi-worker-0 slots=2\n")
     live = as_live(configmap(hostfile="pi-worker-0 slots=1\n"), "uid-cm")
-    patch = only(plan([desired], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([desired], [live], POLICY, OWNER))
     assert patch.uid == "uid-cm"
     assert patch.body == desired
     assert patch.json_patch == (
@@ -397,7 +398,7 @@ def test_patch_mode_kind_is_applied_whole_with_a_json_patch_description() -> Non
 def test_deleting_a_rendered_field_on_the_server_yields_a_patch() -> None:
     live = as_live(service())
     del live["spec"]["selector"]
-    patch = only(plan([service()], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([service()], [live], POLICY, OWNER))
     assert patch.json_patch == (
         {"op": "add", "path": "/spec/selector", "value": {"training.kubeflow.org/job-name": "pi"}},
     )
@@ -406,7 +407,7 @@ def test_deleting_a_rendered_field_on_the_server_yields_a_patch() -> None:
 def test_int_or_string_type_change_is_drift() -> None:
     live = as_live(service())
     live["spec"]["ports"][0]["targetPort"] = "22"
-    patch = only(plan([service()], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([service()], [live], POLICY, OWNER))
     assert patch.json_patch == ({"op": "replace", "path": "/spec/ports/0/targetPort", "value": 22},)
 
 
@@ -414,11 +415,11 @@ def test_create_only_pod_ignores_spec_drift_and_patches_only_labels_and_annotati
     desired = pod()
     live = server_defaulted_pod(pod())
     live["spec"]["containers"][0]["image"] = "mpi:0"  # immutable drift: never recreate
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([desired], [live], POLICY, OWNER)
 
     desired["metadata"]["labels"]["extra"] = "yes"
     desired["metadata"]["annotations"] = {"note": "n"}
-    patch = only(plan([desired], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([desired], [live], POLICY, OWNER))
     assert patch.paths == ("metadata.labels", "metadata.annotations")
     assert patch.body == {
         "apiVersion": "v1",
@@ -438,7 +439,7 @@ def test_create_only_secret_ignores_data_drift() -> None:
     live = as_live(
         obj("v1", "Secret", "pi-ssh", type="kubernetes.io/ssh-auth", data={"ssh-privatekey": "b2xk"})
     )
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([desired], [live], POLICY, OWNER)
 
 
 def test_running_job_accepts_only_suspend() -> None:
@@ -447,16 +448,67 @@ def test_running_job_accepts_only_suspend() -> None:
     desired = job(suspend=False)
     desired["spec"]["backoffLimit"] = 1
     desired["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER), "immutable template drift is ignored"
+    assert not plan([desired], [live], POLICY, OWNER), "immutable template drift is ignored"
 
     desired["spec"]["suspend"] = True
-    patch = only(plan([desired], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([desired], [live], POLICY, OWNER))
     assert patch.json_patch == ({"op": "replace", "path": "/spec/suspend", "value": True},)
-    assert patch.body["spec"]["suspend"] is True
-    # The template is sent as it is live (unchanged), not as desired: it is immutable right now, and
-    # leaving it out would ask server-side apply to remove what we applied while it was suspended.
-    assert patch.body["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "a"}
-    assert "backoffLimit" not in patch.body["spec"]
+    # Live has no managedFields of ours: no field of the immutable template is ours to keep.
+    assert patch.body["spec"] == {"suspend": True}
+
+
+def evicted_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Kueue's eviction of a job it admitted with a nodeSelector and a toleration: the launcher Job got
+    both through our apply while suspended, then ran; now desired is suspended and has neither."""
+    live = as_live(job(suspend=False))
+    template = live["spec"]["template"]
+    template["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    # The Job controller's labels, set by the API server on create: owned by no manager.
+    template["metadata"]["labels"].update({"controller-uid": "uid-live", "job-name": "pi-launcher"})
+    live["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 1}
+    live["metadata"]["managedFields"] = [
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:suspend": {}, "f:backoffLimit": {}}},
+        },
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:suspend": {},
+                    "f:template": {
+                        "f:metadata": {"f:labels": {".": {}, "f:role": {}}},
+                        "f:spec": {"f:nodeSelector": {}, "f:tolerations": {}},
+                    },
+                }
+            },
+        },
+    ]
+    desired = job(suspend=True)
+    del desired["spec"]["template"]["spec"]["nodeSelector"]
+    return desired, live
+
+
+def test_suspending_an_evicted_job_keeps_what_we_applied_to_its_immutable_template() -> None:
+    """Leaving out the nodeSelector and toleration we applied would ask server-side apply to remove
+    them from a template that is immutable now: the server rejects the whole apply (422), the launcher
+    is never suspended and Kueue's ClusterQueue deadlocks. They are sent again, as live has them, and
+    nothing else of the template: the Job controller's labels are not ours to own."""
+    desired, live = evicted_launcher()
+    patch = only(plan([desired], [live], POLICY, OWNER))
+    assert patch.json_patch == ({"op": "replace", "path": "/spec/suspend", "value": True},)
+    assert patch.body["spec"] == {
+        "suspend": True,
+        "template": {
+            "metadata": {"labels": {"role": "launcher"}},
+            "spec": {"nodeSelector": {"zone": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        },
+    }
+    assert patch.removal_patch == ()
 
 
 def test_suspended_unstarted_job_accepts_scheduling_directives() -> None:
@@ -467,7 +519,7 @@ def test_suspended_unstarted_job_accepts_scheduling_directives() -> None:
     desired["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "wait"}]
     desired["spec"]["template"]["metadata"]["annotations"] = {"kueue": "admitted"}
     desired["spec"]["template"]["spec"]["containers"][0]["image"] = "mpi:2"  # never mutable
-    patch = only(plan([desired], [live], DEFAULT_POLICY, OWNER))
+    patch = only(plan([desired], [live], POLICY, OWNER))
     assert {op["path"] for op in patch.json_patch} == {
         "/spec/suspend",
         "/spec/template/spec/nodeSelector/zone",
@@ -485,19 +537,23 @@ def test_suspended_but_started_job_keeps_its_template() -> None:
     live["status"] = {"startTime": "2026-01-01T00:00:00Z"}
     desired = job(suspend=True)
     desired["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
-    assert not plan([desired], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([desired], [live], POLICY, OWNER)
 
 
 def test_conditional_rule_is_generic_and_can_follow_the_desired_state() -> None:
     rule = MutableWhen(when=(PathIs("spec.paused", True),), paths=("spec.size",), or_desired=True)
-    policy = Policy(kinds={("example.com", "Thing"): KindPolicy("create-only", ("spec.paused",), (rule,))})
+    policy = Policy(
+        field_manager=FIELD_MANAGER,
+        kinds={("example.com", "Thing"): KindPolicy("create-only", ("spec.paused",), (rule,))},
+    )
     desired = obj("example.com/v1", "Thing", "t", spec={"paused": True, "size": 3, "color": "red"})
     live = as_live(obj("example.com/v1", "Thing", "t", spec={"paused": False, "size": 2, "color": "blue"}))
     patch = only(plan([desired], [live], policy, OWNER))
     assert {op["path"] for op in patch.json_patch} == {"/spec/paused", "/spec/size"}
     live_only = attrs_evolve_rule(rule, or_desired=False)
     policy2 = Policy(
-        kinds={("example.com", "Thing"): KindPolicy("create-only", ("spec.paused",), (live_only,))}
+        field_manager=FIELD_MANAGER,
+        kinds={("example.com", "Thing"): KindPolicy("create-only", ("spec.paused",), (live_only,))},
     )
     patch2 = only(plan([desired], [live], policy2, OWNER))
     assert {op["path"] for op in patch2.json_patch} == {"/spec/paused"}
@@ -522,8 +578,8 @@ def test_plan_is_printable_serialisable_and_comparable() -> None:
     foreign = as_live(service(), "uid-svc")
     foreign["metadata"]["ownerReferences"] = []
     desired = [configmap(), service(), pod()]
-    one = plan(desired, [*live, foreign], DEFAULT_POLICY, OWNER)
-    two = plan(copy.deepcopy(desired), copy.deepcopy([*live, foreign]), DEFAULT_POLICY, OWNER)
+    one = plan(desired, [*live, foreign], POLICY, OWNER)
+    two = plan(copy.deepcopy(desired), copy.deepcopy([*live, foreign]), POLICY, OWNER)
     assert one == two
     assert one != Plan()
     assert not Plan() and len(Plan()) == 0

@@ -18,10 +18,11 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconcile.differ import plan
-from reconcile.managedfields import FIELD_MANAGER, encode
-from reconcile.policy import DEFAULT_POLICY, METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import is_zero
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.managedfields import encode
+from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import is_zero
 from render import Config, Observed, render
 from tests import strategies
 
@@ -141,7 +142,7 @@ def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any
 @given(rendered_and_stored())
 def test_plan_against_its_own_output_is_empty(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
     want, live = pair
-    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    result = plan([want], [live], POLICY, OWNER)
     assert not result, str(result)
 
 
@@ -151,7 +152,7 @@ def test_plan_against_server_defaulted_objects_is_empty(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
     want, live = pair
-    result = plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+    result = plan([want], [server_defaulted(live, data)], POLICY, OWNER)
     assert not result, str(result)
 
 
@@ -183,7 +184,7 @@ def test_removing_a_rendered_field_from_live_yields_a_patch(
     # Live keeps its own spelling of the object; remove the same field there (list items by position
     # in the rendered order: live containers are in the same order before any shuffling).
     remove(live, path)
-    result = plan([want], [live], DEFAULT_POLICY, OWNER)
+    result = plan([want], [live], POLICY, OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     assert result.patches[0].json_patch, "the patch describes the drift"
 
@@ -208,8 +209,8 @@ def test_our_managed_fields_on_our_own_output_plan_empty(
 ) -> None:
     want, live = pair
     live = with_our_fields(live, want)
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
-    assert not plan([want], [server_defaulted(live, data)], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [live], POLICY, OWNER)
+    assert not plan([want], [server_defaulted(live, data)], POLICY, OWNER)
 
 
 @settings(max_examples=200, deadline=None)
@@ -226,7 +227,7 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     path = data.draw(st.sampled_from(candidates), label="no longer rendered")
     after = copy.deepcopy(want)
     remove(after, path)
-    result = plan([after], [live], DEFAULT_POLICY, OWNER)
+    result = plan([after], [live], POLICY, OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     (patch,) = result.patches
     assert patch.body is None, "a subset compare cannot see a removal: only the removal patch"
@@ -234,10 +235,12 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     assert len(patch.removal_patch) == 2
     new_live = jsonpatch.apply_patch(live, list(patch.removal_patch))
     assert new_live != live
-    assert not plan([after], [new_live], DEFAULT_POLICY, OWNER), "converged after the removal"
+    assert not plan([after], [new_live], POLICY, OWNER), "converged after the removal"
 
 
-CREATE_ONLY = Policy(kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)})
+CREATE_ONLY = Policy(
+    field_manager=FIELD_MANAGER, kinds={("", "Pod"): KindPolicy("create-only", METADATA_PATHS)}
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -277,14 +280,106 @@ def test_render_output_planned_against_itself_is_empty(mpijob: dict[str, Any]) -
     under the default policy and with every rendered field compared."""
     observed = Observed.from_objects([], now=strategies.NOW, fresh_ssh_key=strategies.TEST_KEY)
     desired = render(mpijob, observed, Config())
-    first = plan(desired, [], DEFAULT_POLICY, strategies.JOB_UID)
+    first = plan(desired, [], POLICY, strategies.JOB_UID)
     assert len(first.creates) == len(desired) and not first.conflicts
     live = [stored(obj, n) for n, obj in enumerate(desired)]
-    assert not plan(desired, live, DEFAULT_POLICY, strategies.JOB_UID)
-    assert not plan(desired, live, Policy(), strategies.JOB_UID)
+    assert not plan(desired, live, POLICY, strategies.JOB_UID)
+    assert not plan(desired, live, Policy(field_manager=FIELD_MANAGER), strategies.JOB_UID)
     owned = [with_our_fields(obj, want) for obj, want in zip(live, desired, strict=True)]
-    assert not plan(desired, owned, DEFAULT_POLICY, strategies.JOB_UID)
-    assert not plan(desired, owned, Policy(), strategies.JOB_UID)
-    assert not plan(desired, live, DEFAULT_POLICY, "another-owner").writes, (
-        "someone else's objects: no writes"
+    assert not plan(desired, owned, POLICY, strategies.JOB_UID)
+    assert not plan(desired, owned, Policy(field_manager=FIELD_MANAGER), strategies.JOB_UID)
+    assert not plan(desired, live, POLICY, "another-owner").writes, "someone else's objects: no writes"
+
+
+# -- apply bodies: what we render, plus live's value of our own applied fields where immutable now ----
+
+
+def _mutable_now(case: dict[str, Any]) -> set[str]:
+    """The policy's paths mutable in live's current state (the API server judges the old object)."""
+    kind_policy, live, want = case["policy"], case["live"], case["desired"]
+
+    def suspended_unstarted(obj: dict[str, Any]) -> bool:
+        return (obj.get("spec") or {}).get("suspend") is True and not (obj.get("status") or {}).get(
+            "startTime"
+        )
+
+    paths = set(kind_policy.mutable_paths)
+    for rule in kind_policy.conditional:
+        if suspended_unstarted(live) or (rule.or_desired and suspended_unstarted(want)):
+            paths.update(rule.paths)
+    return paths
+
+
+def _at(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
+def _ours_of_live(how: str, live_value: Any, owned: Any) -> Any:
+    """What of live's value at one field our earlier applies own (None: nothing)."""
+    if live_value is None or not owned:
+        return None
+    if how == "map":
+        kept = {k: v for k, v in live_value.items() if k in owned}
+        return kept or None
+    if how in ("gates", "containers"):
+        kept = [item for item in live_value if item["name"] in owned]
+        return kept or None
+    return live_value
+
+
+def _strip(body: dict[str, Any]) -> Any:
+    """The body less every field of the model and the identity: must leave nothing behind."""
+    rest = copy.deepcopy(body)
+    for dotted in (*strategies.APPLY_FIELDS, "metadata.name", "metadata.namespace"):
+        *parents, last = dotted.split(".")
+        node = rest
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    rest.pop("apiVersion")
+    rest.pop("kind")
+
+    def prune(v: Any) -> Any:
+        return (
+            {k: p for k, p in ((k, prune(x)) for k, x in v.items()) if p != {}} if isinstance(v, dict) else v
+        )
+
+    return prune(rest)
+
+
+@settings(max_examples=400, deadline=None)
+@given(strategies.apply_cases())
+def test_an_apply_body_is_what_we_render_plus_our_own_fields_where_immutable(case: dict[str, Any]) -> None:
+    """For any live object and desired one: on the paths mutable now the body is what we render; on
+    every other path it carries exactly live's value of the fields our earlier applies own -- never a
+    key we did not render (the Job controller's template labels), never a removal of a field the
+    server will not let us change (server-side apply removes an applied field left out)."""
+    live, want = case["live"], case["desired"]
+    policy = Policy(
+        field_manager=strategies.APPLY_MANAGER,
+        kinds={(live["apiVersion"].rpartition("/")[0], live["kind"]): case["policy"]},
     )
+    result = plan([want], [live], policy, strategies.OWNER_UID)
+    assert not result.creates and not result.deletes and not result.conflicts
+    mutable = _mutable_now(case)
+    for patch in result.patches:
+        for op in patch.removal_patch:
+            if op["op"] == "remove":
+                fields = ".".join(t for t in op["path"].strip("/").split("/") if not t.isdigit())
+                assert any(fields == p or fields.startswith(p + ".") for p in mutable), op
+        if patch.body is None:
+            continue
+        body = patch.body
+        for path, how in strategies.APPLY_FIELDS.items():
+            got = _at(body, path)
+            if path in mutable:
+                assert got == _at(want, path), f"{path}: the body holds what we render"
+            else:
+                expected = _ours_of_live(how, _at(live, path), case["applied"][path])
+                assert got == expected, f"{path} (immutable now): live's value of our applied fields only"
+        assert _strip(body) == {}, "nothing outside the policy's fields"

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import plan
-from reconcile.policy import DEFAULT_POLICY, Policy
-from reconcile.semantics import MISSING, get_path
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.policy import Policy
+from reconcile.engine.semantics import MISSING, get_path
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 FILES = sorted(RECORDED.glob("*.json"))
@@ -32,7 +33,7 @@ def test_recordings_exist() -> None:
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_plan_against_recorded_server_objects_is_empty(path: Path) -> None:
     rec = load(path)
-    result = plan(rec["desired"], rec["live"], DEFAULT_POLICY, rec["owner_uid"])
+    result = plan(rec["desired"], rec["live"], POLICY, rec["owner_uid"])
     assert not result, str(result)
 
 
@@ -61,12 +62,13 @@ def test_drift_in_recorded_objects_is_found(path: Path) -> None:
     cm["data"][key] += "\n# edited by hand"
     service = next(o for o in live if o["kind"] == "Service")
     service["spec"]["selector"] = {"app": "other"}
-    result = plan(rec["desired"], live, DEFAULT_POLICY, rec["owner_uid"])
+    result = plan(rec["desired"], live, POLICY, rec["owner_uid"])
     assert sorted(p.key.kind for p in result.patches) == ["ConfigMap", "Service"], str(result)
     assert not result.creates and not result.deletes
 
 
-FULL_COMPARE = Policy()  # every kind "patch": every rendered field compared, not just the mutable ones
+# Every kind "patch": every rendered field compared, not just the mutable ones.
+FULL_COMPARE = Policy(field_manager=FIELD_MANAGER)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -102,7 +104,7 @@ def test_label_no_longer_rendered_is_removed_from_every_child(path: Path) -> Non
         name = sorted(labels)[-1]
         del labels[name]
         dropped[obj["metadata"]["name"], obj["kind"]] = name
-    result = plan(desired, rec["live"], DEFAULT_POLICY, rec["owner_uid"])
+    result = plan(desired, rec["live"], POLICY, rec["owner_uid"])
     assert len(result.patches) == len(desired) and not result.creates and not result.deletes, str(result)
     lives = {(o["metadata"]["name"], o["kind"]): o for o in rec["live"]}
     for patch in result.patches:

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from reconcile.differ import plan
-from reconcile.managedfields import FIELD_MANAGER, Step, encode, merge, owned_by, parse_step, slim
-from reconcile.policy import DEFAULT_POLICY, Policy
-from reconcile.semantics_removals import find_removals
+from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.engine.differ import plan
+from reconcile.engine.managedfields import Step, encode, merge, owned_by, parse_step, slim
+from reconcile.engine.policy import Policy
+from reconcile.engine.semantics_removals import find_removals
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -271,7 +272,7 @@ def test_podgroup_min_resources_no_longer_rendered_is_a_removal_only_patch() -> 
     live = server_copy(before)
     after = copy.deepcopy(before)
     del after["spec"]["minResources"]
-    result = plan([after], [live], DEFAULT_POLICY, OWNER)
+    result = plan([after], [live], POLICY, OWNER)
     (patch,) = result.patches
     assert patch.body is None
     assert patch.removal_patch == (
@@ -280,14 +281,14 @@ def test_podgroup_min_resources_no_longer_rendered_is_a_removal_only_patch() -> 
     )
     assert str(result) == "plan:\n  patch PodGroup.scheduling.volcano.sh ns/c: remove /spec/minResources"
     assert patch.to_dict()["removalPatch"] == list(patch.removal_patch)
-    assert not plan([before], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([before], [live], POLICY, OWNER)
 
 
 def test_drift_and_removal_in_one_object_make_both_parts() -> None:
     before = child("ConfigMap", data={"a": "1", "b": "2"})
     live = server_copy(before)
     after = child("ConfigMap", data={"a": "changed"})
-    (patch,) = plan([after], [live], DEFAULT_POLICY, OWNER).patches
+    (patch,) = plan([after], [live], POLICY, OWNER).patches
     assert patch.body is not None and patch.body["data"] == {"a": "changed"}
     assert [op["path"] for op in patch.json_patch] == ["/data/a", "/data/b"]
     assert [op["op"] for op in patch.removal_patch] == ["test", "remove"]
@@ -301,12 +302,12 @@ def test_service_defaults_owned_by_our_create_are_not_removals() -> None:
     fields["f:spec"].update({"f:type": {}, "f:sessionAffinity": {}, "f:internalTrafficPolicy": {}})
     fields["f:spec"]["f:selector"] = {}  # atomic: the server records it whole
     live["metadata"]["managedFields"][0]["fieldsV1"] = fields
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [live], POLICY, OWNER)
     # Without the kind's defaults they would look like removals, forever.
-    assert len(plan([want], [live], Policy(), OWNER).patches) == 1
+    assert len(plan([want], [live], Policy(field_manager=FIELD_MANAGER), OWNER).patches) == 1
     # The selector is an atomic map: a key no longer rendered goes.
     live["spec"]["selector"]["old"] = "x"
-    (patch,) = plan([want], [live], DEFAULT_POLICY, OWNER).patches
+    (patch,) = plan([want], [live], POLICY, OWNER).patches
     assert [op["path"] for op in patch.json_patch] == ["/spec/selector/old"]
 
 
@@ -317,7 +318,7 @@ def test_create_only_kinds_remove_only_labels_and_annotations() -> None:
     live["metadata"]["managedFields"] = [entry(encode(live))]
     after = copy.deepcopy(want)
     del after["spec"]["hostname"]  # immutable: never removed
-    (patch,) = plan([after], [live], DEFAULT_POLICY, OWNER).patches
+    (patch,) = plan([after], [live], POLICY, OWNER).patches
     assert [op["path"] for op in patch.json_patch] == ["/metadata/labels/old"] and patch.body is None
 
 
@@ -327,22 +328,22 @@ def test_suspended_job_template_directives_are_removable_running_ones_are_not() 
     live = server_copy(want)
     after = copy.deepcopy(want)
     del after["spec"]["template"]["spec"]["nodeSelector"]
-    (patch,) = plan([after], [live], DEFAULT_POLICY, OWNER).patches
+    (patch,) = plan([after], [live], POLICY, OWNER).patches
     assert [op["path"] for op in patch.json_patch] == ["/spec/template/spec/nodeSelector"]
     live["spec"]["suspend"] = False
     after["spec"]["suspend"] = False
-    assert not plan([after], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([after], [live], POLICY, OWNER)
 
 
 def test_objects_without_managed_fields_or_resource_version() -> None:
     want = child("ConfigMap", data={"a": "1"})
     live = server_copy(child("ConfigMap", data={"a": "1", "b": "2"}))
     del live["metadata"]["managedFields"]  # a cache that dropped them: nothing to go by
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [live], POLICY, OWNER)
     live["metadata"]["managedFields"] = [entry(encode(live), manager="someone-else")]
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER)
+    assert not plan([want], [live], POLICY, OWNER)
     live["metadata"]["managedFields"] = [entry(encode(live))]
     del live["metadata"]["resourceVersion"]
-    (patch,) = plan([want], [live], DEFAULT_POLICY, OWNER).patches
+    (patch,) = plan([want], [live], POLICY, OWNER).patches
     assert patch.removal_patch == ({"op": "remove", "path": "/data/b"},)
-    assert not plan([want], [live], DEFAULT_POLICY, OWNER, field_manager="someone-else")
+    assert not plan([want], [live], POLICY, OWNER, field_manager="someone-else")

@@ -11,8 +11,15 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import MaxRetryError
 
-from reconcile.executor import ERR_RESOURCE_EXISTS, FIELD_MANAGER, NORMAL, WARNING, execute, returned_objects
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.children import FIELD_MANAGER
+from reconcile.engine.executor import (
+    ERR_RESOURCE_EXISTS,
+    NORMAL,
+    WARNING,
+    execute,
+    returned_objects,
+)
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")
 POD = ObjectKey("", "Pod", "ns", "pod")
@@ -79,7 +86,7 @@ def full_plan() -> Plan:
 
 def test_requests_follow_the_protocol() -> None:
     fake = FakeDynamic()
-    result = execute(full_plan(), fake, owner_description="MPIJob")  # type: ignore[arg-type]
+    result = execute(full_plan(), fake, FIELD_MANAGER, owner_description="MPIJob")  # type: ignore[arg-type]
     verbs = [verb for verb, _ in fake.calls]
     assert verbs == ["delete", "create", "apply"], "deletes first, then creates, then patches"
     delete, create, apply = (kw for _, kw in fake.calls)
@@ -116,20 +123,22 @@ def test_requests_follow_the_protocol() -> None:
 
 def test_dry_run_is_passed_to_every_write() -> None:
     fake = FakeDynamic()
-    execute(full_plan(), fake, dry_run=True)  # type: ignore[arg-type]
+    execute(full_plan(), fake, FIELD_MANAGER, dry_run=True)  # type: ignore[arg-type]
     assert [kw["dry_run"] for _, kw in fake.calls] == ["All", "All", "All"]
 
 
 def test_already_exists_on_create_means_replan_not_failure() -> None:
     fake = FakeDynamic({("create", "cm"): api_error(409, "AlreadyExists")})
-    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), fake)  # type: ignore[arg-type]
+    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.replan and not result.retry and not result.failures and not result.ok
     assert result.request_counts() == {("create", "ConfigMap", "409"): 1}
 
 
 def test_not_found_on_delete_is_success() -> None:
     fake = FakeDynamic({("delete", "old"): api_error(404, "NotFound")})
-    result = execute(Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)), fake)  # type: ignore[arg-type]
+    result = execute(
+        Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)), fake, FIELD_MANAGER
+    )  # type: ignore[arg-type]
     assert result.ok and [o.result for o in result.done] == ["gone"]
     assert not result.events
 
@@ -148,7 +157,7 @@ def test_not_found_on_delete_is_success() -> None:
 )
 def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: BaseException) -> None:
     fake = FakeDynamic({("delete", "old"): exc})
-    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.retry and not result.ok
     assert [f.verb for f in result.failures] == ["delete"]
     assert [o.result for o in result.done] == ["created", "configured"], "one failure does not stop the rest"
@@ -159,7 +168,7 @@ def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: B
 
 def test_invalid_is_a_failure_without_retry() -> None:
     fake = FakeDynamic({("apply", "pod"): api_error(422, "Invalid", "field is immutable")})
-    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert not result.retry and not result.replan
     assert [(f.verb, f.code, f.message) for f in result.failures] == [("apply", "422", "field is immutable")]
     assert any(e.reason == "FailedUpdate" and "field is immutable" in e.message for e in result.events)
@@ -167,21 +176,21 @@ def test_invalid_is_a_failure_without_retry() -> None:
 
 def test_patch_of_a_vanished_object_replans() -> None:
     fake = FakeDynamic({("apply", "pod"): api_error(404, "NotFound")})
-    result = execute(full_plan(), fake)  # type: ignore[arg-type]
+    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.replan and not result.failures
 
 
 def test_unknown_kind_is_a_retryable_failure_without_a_request() -> None:
     fake = FakeDynamic()
     plan = Plan(creates=(Create(PG, "scheduling.x-k8s.io/v1alpha1", body(PG)),))
-    result = execute(plan, fake)  # type: ignore[arg-type]
+    result = execute(plan, fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.retry and [f.code for f in result.failures] == ["discovery"]
     assert not fake.calls and not result.requests
 
 
 def test_empty_plan_sends_nothing() -> None:
     fake = FakeDynamic()
-    result = execute(Plan(), fake)  # type: ignore[arg-type]
+    result = execute(Plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.ok and not fake.calls and not result.events
 
 
@@ -191,7 +200,7 @@ def test_unreachable_server_is_retryable() -> None:
     config = Configuration(host="http://127.0.0.1:9")  # discard port: connection refused
     config.retries = 0
     with ApiClient(config) as api:
-        result = execute(full_plan(), api)
+        result = execute(full_plan(), api, FIELD_MANAGER)
     assert result.retry and not result.ok
     assert [(f.verb, f.code) for f in result.failures] == [
         ("delete", "discovery"),
@@ -213,7 +222,7 @@ def removal(with_body: bool) -> Plan:
 
 def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
     fake = FakeDynamic()
-    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert [verb for verb, _ in fake.calls] == ["patch", "apply"]
     patch = fake.calls[0][1]
     assert patch["body"] == list(REMOVALS) and patch["content_type"] == "application/json-patch+json"
@@ -224,7 +233,7 @@ def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
 
 def test_removal_only_patch_sends_no_apply() -> None:
     fake = FakeDynamic()
-    result = execute(removal(with_body=False), fake, dry_run=True)  # type: ignore[arg-type]
+    result = execute(removal(with_body=False), fake, FIELD_MANAGER, dry_run=True)  # type: ignore[arg-type]
     assert [(verb, kw["dry_run"]) for verb, kw in fake.calls] == [("patch", "All")]
     assert result.ok and returned_objects(result) == [{"patched": list(REMOVALS)}]
 
@@ -239,7 +248,7 @@ def test_removal_only_patch_sends_no_apply() -> None:
 )
 def test_removals_on_a_moved_object_retry_without_the_apply_or_an_event(exc: ApiException) -> None:
     fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert [verb for verb, _ in fake.calls] == ["patch"]
     assert result.retry and not result.failures and not result.events and not result.done
 
@@ -257,12 +266,12 @@ def test_removals_rejected_for_a_field_are_a_failure() -> None:
         ),
     )
     fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert not result.retry and [(f.verb, f.code) for f in result.failures] == [("patch", "422")]
     assert [e.reason for e in result.events] == ["FailedUpdate"]
 
 
 def test_removals_from_a_vanished_object_replan() -> None:
     fake = FakeDynamic({("patch", "pod"): api_error(404, "NotFound")})
-    result = execute(removal(with_body=True), fake)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
     assert result.replan and not result.failures and [verb for verb, _ in fake.calls] == ["patch"]

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from kubernetes.utils import parse_quantity
 
-from reconcile.semantics_lists import item_key, list_type
+from reconcile.engine.semantics_lists import item_key, list_type
 
 
 class _Missing:

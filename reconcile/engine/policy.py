@@ -1,13 +1,14 @@
 """Per-kind update policy: which fields of an existing object the differ may change. Plain data.
 
-* ``patch``: the whole rendered object is applied in place (ConfigMap, Service, PodGroup).
+* ``patch``: the whole rendered object is applied in place (ConfigMap, Service, custom resources).
 * ``create-only``: after creation only ``mutable_paths`` may be applied; drift anywhere else is
   ignored, never "fixed" by delete and recreate (Pods, Secrets).
 * ``conditional`` rules add paths that are mutable only while the *live* object is in some state,
   e.g. a batch/v1 Job's pod-template scheduling directives while it is suspended and not started.
 
-The controller passes a ``Policy`` to ``plan``; ``DEFAULT_POLICY`` holds Kubernetes' own rules for the
-kinds an operator typically owns.
+The controller passes a ``Policy`` to ``plan``: its kinds, its field manager, its create order. This
+module holds Kubernetes' own rules for the built-in kinds an operator typically owns (``JOB_POLICY``,
+``SERVICE_POLICY``...); which kinds a controller manages, and how, is the controller's data.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.semantics import MISSING, get_path, is_zero
+from reconcile.engine.semantics import MISSING, get_path, is_zero
 
 Mode = Literal["patch", "create-only"]
 
@@ -90,12 +91,20 @@ CREATE_ONLY: Final = KindPolicy("create-only", METADATA_PATHS)
 
 @attrs.frozen
 class Policy:
-    """Per-kind policies keyed by (API group, kind); ``default`` for kinds not listed."""
+    """Per-kind policies keyed by (API group, kind); ``default`` for kinds not listed.
 
+    ``field_manager`` is the controller's: the plan reads its managedFields entries to know what it
+    set before, and the executor writes under it. No default: the engine serves any controller."""
+
+    field_manager: str = attrs.field(kw_only=True)
     kinds: Mapping[tuple[str, str], KindPolicy] = attrs.field(factory=dict)
     default: KindPolicy = PATCH
     # Create order (lower first) by kind; deletes run in the reverse order. Unlisted kinds go last.
     order: tuple[str, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.field_manager:
+            raise ValueError("a Policy needs the controller's field manager")
 
     def for_kind(self, group: str, kind: str) -> KindPolicy:
         return self.kinds.get((group, kind), self.default)
@@ -120,28 +129,5 @@ JOB_POLICY: Final = KindPolicy(
                 f"{_JOB_TEMPLATE}.spec.schedulingGates",
             ),
         ),
-    ),
-)
-
-DEFAULT_POLICY: Final = Policy(
-    kinds={
-        ("", "ConfigMap"): PATCH,
-        ("", "Service"): SERVICE_POLICY,
-        ("scheduling.volcano.sh", "PodGroup"): PATCH,
-        ("scheduling.x-k8s.io", "PodGroup"): PATCH,
-        ("", "Pod"): CREATE_ONLY,
-        ("", "Secret"): CREATE_ONLY,
-        ("batch", "Job"): JOB_POLICY,
-    },
-    order=(
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ConfigMap",
-        "Secret",
-        "PodGroup",
-        "Pod",
-        "Job",
     ),
 )

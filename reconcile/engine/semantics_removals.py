@@ -28,8 +28,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.managedfields import SELF, Tree, parse_step
-from reconcile.semantics import MISSING, scalar_equal, split_path
+from reconcile.engine.managedfields import SELF, Tree, parse_step
+from reconcile.engine.semantics import MISSING, scalar_equal, split_path
 
 Token = str | int
 _Where = Literal["in", "above", "out"]

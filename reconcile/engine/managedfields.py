@@ -18,15 +18,14 @@ canonical: the server sorts the JSON of ``k:`` keys) and each key is parsed when
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
 
-from reconcile.semantics_lists import KEY_DEFAULTS, item_key, list_type
-
-FIELD_MANAGER: Final = "mpijob-operator"
+from reconcile.engine.semantics_lists import KEY_DEFAULTS, item_key, list_type
 
 Tree = Mapping[str, Any]  # a fieldsV1 tree: step -> subtree
 StepKind = Literal["f", "k", "v", "i"]
@@ -95,14 +94,85 @@ def merge(trees: Iterable[Tree]) -> dict[str, Any]:
     return out
 
 
-def owned_by(obj: Mapping[str, Any], manager: str, *, others: bool = False) -> dict[str, Any]:
-    """Fields ``manager`` owns in ``obj`` (all its operations, main resource only); with ``others``,
-    the fields every *other* manager owns."""
+def owned_by(
+    obj: Mapping[str, Any], manager: str, *, others: bool = False, operation: str | None = None
+) -> dict[str, Any]:
+    """Fields ``manager`` owns in ``obj`` (all its operations, or only ``operation``'s: "Apply",
+    "Update"; main resource only); with ``others``, the fields every *other* manager owns."""
     return merge(
         e.get("fieldsV1") or {}
         for e in entries(obj)
-        if (e.get("manager") == manager) != others and not e.get("subresource")
+        if (e.get("manager") == manager) != others
+        and not e.get("subresource")
+        and (operation is None or e.get("operation") == operation)
     )
+
+
+def without(tree: Tree, scopes: Iterable[str], names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``tree`` less every subtree at or below one of ``scopes`` (dotted field paths; list-item steps
+    are not part of a path, as in policy rules)."""
+    cut = [tuple(s.split(".")) for s in scopes]
+    out: dict[str, Any] = {}
+    for key, sub in tree.items():
+        if key == SELF:
+            out[key] = sub
+            continue
+        step = parse_step(key)
+        below = (*names, step.value) if step.kind == "f" else names
+        if any(below[: len(c)] == c for c in cut):
+            continue
+        if not sub:
+            out[key] = sub  # owned whole
+            continue
+        pruned = without(sub, [".".join(c) for c in cut], below)
+        if any(k != SELF for k in pruned) or not any(k != SELF for k in sub):
+            out[key] = pruned  # what is left; an emptied subtree would read as "owned whole"
+    return out
+
+
+class _Nothing:
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING: Final = _Nothing()
+
+
+def select(value: Any, tree: Tree) -> Any:
+    """The part of ``value`` (an object) that ``tree`` covers: what an apply owning just those fields
+    would send (list-map items keep their key fields). ``NOTHING`` when it covers no value in it."""
+    return _select(value, tree) if tree else NOTHING  # an empty root owns nothing
+
+
+def _select(value: Any, tree: Tree) -> Any:
+    steps = [(k, sub) for k, sub in tree.items() if k != SELF]
+    if not steps:
+        return copy.deepcopy(value) if not tree else NOTHING  # {}: owned whole; {".": {}}: no leaf
+    if isinstance(value, Mapping):
+        out = {}
+        for key, sub in steps:
+            step = parse_step(key)
+            if step.kind == "f" and step.value in value:
+                got = _select(value[step.value], sub)
+                if got is not NOTHING:
+                    out[step.value] = got
+        return out or NOTHING
+    if isinstance(value, list):
+        items: list[tuple[int, Any]] = []
+        for key, sub in steps:
+            step = parse_step(key)
+            found = step.find(value)
+            if found is None:
+                continue
+            item, index = found
+            got = copy.deepcopy(item) if step.kind == "v" else _select(item, sub)
+            if step.kind == "k" and isinstance(item, Mapping):
+                keys = {k: item[k] for k in step.value if k in item}
+                got = {**keys, **got} if isinstance(got, Mapping) else keys
+            if got is not NOTHING:
+                items.append((int(index), got))
+        return [got for _, got in sorted(items, key=lambda pair: pair[0])] or NOTHING
+    return copy.deepcopy(value)
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """execute(plan, client) -> ExecResult: carry out a Plan through the API server. Thin and generic.
 
-Protocol, one field manager (``mpijob-operator``) throughout:
+Protocol, one field manager (the caller's) throughout:
 
 * **Creates are POSTs**, not server-side applies. An apply to a name that already exists merges into
   that object and silently takes over one we do not own (the plan may be built from a stale cache);
@@ -41,8 +41,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import HTTPError
 
-from reconcile.managedfields import FIELD_MANAGER as FIELD_MANAGER  # re-exported: the one manager
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ def warm_up(client: ApiClient) -> None:
 def execute(
     plan: Plan,
     client: ApiClient | DynamicClient,
-    field_manager: str = FIELD_MANAGER,
+    field_manager: str,
     *,
     dry_run: bool = False,
     owner_description: str = "its owner",
@@ -216,7 +215,7 @@ class _Run:
         try:
             return self.dyn.resources.get(api_version=api_version, kind=key.kind)
         except (ResourceNotFoundError, ApiException, HTTPError, OSError) as exc:
-            # e.g. a PodGroup CRD not installed (yet): worth a retry with backoff.
+            # e.g. a custom resource whose CRD is not installed (yet): worth a retry with backoff.
             self._fail(key, verb, "discovery", f"{api_version} {key.kind}: {_message(exc)}", retry=True)
             return None
 

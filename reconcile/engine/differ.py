@@ -1,4 +1,4 @@
-"""plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes, not MPI.
+"""plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes only.
 
 Rules (docs/architecture.md, DESIGN §3):
 
@@ -8,7 +8,10 @@ Rules (docs/architecture.md, DESIGN §3):
 3. An owned live object that is not desired is deleted, with its UID as precondition; one that is already
    being deleted is left alone (and a desired one becomes a ``Wait``).
 4. No patch when live already holds what we render (``semantics.holds``), compared only on the paths the
-   kind's policy lets us change; the patch body is the desired object restricted to those paths.
+   kind's policy lets us change now. The apply body is what render returns on those paths, plus, on
+   every other path, live's value of the fields our earlier applies own (``managedFields``): never the
+   whole live map, so ownership never extends to keys we did not render, and never the removal of a
+   field the server will not let us change (an apply removes an applied field it leaves out).
 5. A field, map key or list item that our field manager set (``metadata.managedFields``), that live
    still has and desired no longer renders, on those same paths, is removed (``semantics_removals``):
    the patch carries RFC 6902 ``remove`` ops guarded by a ``test`` of live's resourceVersion. Server-side
@@ -18,22 +21,29 @@ Rules (docs/architecture.md, DESIGN §3):
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonpatch
 
-from reconcile.managedfields import FIELD_MANAGER, owned_by
-from reconcile.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
-from reconcile.policy import METADATA_PATHS, KindPolicy, Policy
-from reconcile.semantics import MISSING, get_path, mask, normalise_desired, project, set_path, strict_equal
-from reconcile.semantics_removals import Removal, find_removals, whole_object_scopes
+from reconcile.engine.managedfields import NOTHING, owned_by, select, without
+from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
+from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
+from reconcile.engine.semantics import (
+    MISSING,
+    mask,
+    normalise_desired,
+    project,
+    strict_equal,
+)
+from reconcile.engine.semantics_removals import Removal, find_removals, whole_object_scopes
 
 log = logging.getLogger(__name__)
 
 _IDENTITY = ("apiVersion", "kind", "metadata.name", "metadata.namespace")
+# Never carried from live: status is written through its subresource.
+_UNOWNED_TOP = ("status",)
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str:
@@ -50,11 +60,13 @@ def plan(
     policy: Policy,
     owner_uid: str,
     *,
-    field_manager: str = FIELD_MANAGER,
+    field_manager: str | None = None,
 ) -> Plan:
-    """``field_manager`` is the executor's: its managedFields entries say what we set before."""
+    """``field_manager`` (default: the policy's) is the executor's: its managedFields entries say what
+    we set before."""
     if not owner_uid:
         raise ValueError("owner_uid is required: without it every object would look foreign or ours")
+    manager = field_manager or policy.field_manager
     live_by_key: dict[ObjectKey, Mapping[str, Any]] = {}
     for obj in live:
         live_by_key.setdefault(ObjectKey.of(obj), obj)
@@ -81,7 +93,7 @@ def plan(
         elif meta.get("deletionTimestamp"):
             waits.append(Wait(key, str(meta.get("uid", ""))))
         else:
-            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), field_manager)
+            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), manager)
             if patch is not None:
                 patches.append(patch)
 
@@ -131,7 +143,7 @@ def _patch(
         log.debug("drift in %s: %s", key, DeepDiff(seen, compared_fields, verbose_level=2).to_json())
     body = None
     if drift:
-        body = compared if not paths else _apply_body(compared, want, have, kind_policy, paths)
+        body = compared if kind_policy.mode == "patch" else _apply_body(compared, have, paths, manager)
     meta = have.get("metadata") or {}
     uid = str(meta.get("uid", ""))
     guarded = tuple(r.op() for r in removals)
@@ -171,25 +183,33 @@ def _mutable_paths(
 
 
 def _apply_body(
-    compared: dict[str, Any],
-    want: Mapping[str, Any],
-    have: Mapping[str, Any],
-    kind_policy: KindPolicy,
-    paths: tuple[str, ...],
+    compared: dict[str, Any], have: Mapping[str, Any], paths: tuple[str, ...], manager: str
 ) -> dict[str, Any]:
-    """The apply body: ``compared`` plus live's value for rendered paths that are immutable right now.
+    """The apply body: ``compared`` (what we render, on the paths mutable now) plus, on every other
+    path, live's value of the fields our earlier applies own.
 
-    Server-side apply removes fields our manager applied before but leaves out now. A conditional path
-    we applied while it was mutable (e.g. a suspended Job's template nodeSelector) must therefore be
-    sent again, unchanged, once it is immutable, or the server would try to remove it and reject the
-    whole request.
+    Server-side apply removes a field our manager applied before and leaves out now. Where the field
+    is immutable now (a Job's template scheduling directives we applied while it was suspended), that
+    removal is a change the server rejects, failing the whole request: so such fields are sent again,
+    unchanged. Only those: fields our manager never applied (the Job controller's template labels)
+    stay out, so applying never takes ownership of what we did not render. Fields our create (an
+    ``Update`` entry) set are not removed by an apply, and not sent.
     """
-    body = copy.deepcopy(compared)
-    for rule in kind_policy.conditional:
-        for path in rule.paths:
-            if path in paths or get_path(want, path) is MISSING:
-                continue
-            current = get_path(have, path)
-            if current is not MISSING:
-                set_path(body, path, current)
-    return body
+    applied = owned_by(have, manager, operation="Apply")
+    if not applied:
+        return compared
+    kept = select(have, without(applied, (*paths, *_UNOWNED_TOP)))
+    return compared if kept is NOTHING else _merge(compared, kept)
+
+
+def _merge(ours: dict[str, Any], kept: Mapping[str, Any]) -> dict[str, Any]:
+    """``kept`` under ``ours``, maps merged; where both hold a non-map, ours (rendered) wins. The two
+    cover disjoint policy paths, which never run through a list."""
+    out = dict(ours)
+    for key, value in kept.items():
+        mine = out.get(key, MISSING)
+        if mine is MISSING:
+            out[key] = value
+        elif isinstance(mine, dict) and isinstance(value, Mapping):
+            out[key] = _merge(mine, value)
+    return out

@@ -1,0 +1,39 @@
+"""What the MPI controller hands the generic engine, as data: its field manager and per-kind policy.
+
+DESIGN §3.4 in Kubernetes' own rules for the kinds we render: Pods and the SSH Secret create-only
+(labels and annotations may change); the launcher Job takes only ``suspend`` and, while suspended and
+not started, the scheduling directives; ConfigMap, Service (knowing its server defaults) and both
+PodGroup kinds patched in place; creates in dependency order, deletes in the reverse one.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
+
+FIELD_MANAGER: Final = "mpijob-operator"
+
+POLICY: Final = Policy(
+    field_manager=FIELD_MANAGER,
+    kinds={
+        ("", "ConfigMap"): PATCH,
+        ("", "Service"): SERVICE_POLICY,
+        ("scheduling.volcano.sh", "PodGroup"): PATCH,
+        ("scheduling.x-k8s.io", "PodGroup"): PATCH,
+        ("", "Pod"): CREATE_ONLY,
+        ("", "Secret"): CREATE_ONLY,
+        ("batch", "Job"): JOB_POLICY,
+    },
+    order=(
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "PodGroup",
+        "Pod",
+        "Job",
+    ),
+)

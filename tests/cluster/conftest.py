@@ -1,0 +1,83 @@
+"""L1 fixtures: the MPIJob and PodGroup CRDs, a Kube client, and the operator as its own process.
+
+- `kube`: a `reconcile.kube.Kube` with the admin client, no client-side rate limit.
+- `mpijob_crd`, `podgroup_crds` (session): the CRDs installed (deploy/crd, tests/crds) and served.
+- `start_operator(*flags, wait=True)`: a `localcluster.operator.OperatorRunner` watching the test's
+  namespace (leader election in it too); stopped after the test, its log printed if the test failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from localcluster import LocalCluster
+from localcluster.cluster import wait_for_crds
+from localcluster.operator import OperatorRunner
+from reconcile.kube import Kube
+from tests.utils import REPO
+from tests.utils import podgroup_crds as podgroup_crd_docs
+
+CRD_FILE = REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
+
+
+def install_crds(cluster: LocalCluster, docs: list[dict[str, Any]]) -> None:
+    api = cluster.api_client()
+    try:
+        ext = client.ApiextensionsV1Api(api)
+        for doc in docs:
+            try:
+                ext.create_custom_resource_definition(doc)
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+        wait_for_crds(api, [d["metadata"]["name"] for d in docs])
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def kube(api_client: client.ApiClient) -> Kube:
+    return Kube(api_client, qps=0)
+
+
+@pytest.fixture(scope="session")
+def mpijob_crd(l1_cluster: LocalCluster) -> None:
+    install_crds(l1_cluster, [d for d in yaml.safe_load_all(CRD_FILE.read_text()) if d])
+
+
+@pytest.fixture(scope="session")
+def podgroup_crds(l1_cluster: LocalCluster) -> None:
+    install_crds(l1_cluster, podgroup_crd_docs())
+
+
+@pytest.fixture
+def start_operator(
+    l1_cluster: LocalCluster, namespace: str, mpijob_crd: None, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., OperatorRunner]]:
+    started: list[OperatorRunner] = []
+    failed_before = request.session.testsfailed
+
+    def start(*flags: str, wait: bool = True) -> OperatorRunner:
+        op = OperatorRunner(
+            l1_cluster.kubeconfig,
+            tmp_path / f"operator-{len(started)}.log",
+            f"--namespace={namespace}",
+            f"--lock-namespace={namespace}",
+            *flags,
+            log_format="json",
+        )
+        started.append(op)
+        return op.start(wait=wait, timeout=40)
+
+    yield start
+    for op in started:
+        op.stop()
+    if request.session.testsfailed > failed_before:  # the call phase failed: show what the operator said
+        for op in started:
+            print(f"--- operator log ({op.log_path.name}) ---\n{op.log_tail()}")

@@ -1,0 +1,65 @@
+"""L0: the operator runner's parts that need no cluster: /metrics parsing, teardown by PID only while
+the PID is still the process we started."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from localcluster.operator import OperatorRunner, parse_metrics, stop_recorded
+from localcluster.processes import spawn, start_time
+
+METRICS = """\
+# HELP mpi_operator_is_leader Is this replica the leader
+# TYPE mpi_operator_is_leader gauge
+mpi_operator_is_leader 1.0
+# TYPE mpi_operator_api_requests_total counter
+mpi_operator_api_requests_total{code="201",kind="Pod",verb="create"} 3.0
+mpi_operator_api_requests_total{code="200",kind="Lease",verb="update"} 7.0
+"""
+
+
+def test_metrics_are_parsed_by_sample_and_labels() -> None:
+    got = parse_metrics(METRICS)
+    assert got[("mpi_operator_is_leader", frozenset())] == 1.0
+    key = (
+        "mpi_operator_api_requests_total",
+        frozenset({("code", "201"), ("kind", "Pod"), ("verb", "create")}),
+    )
+    assert got[key] == 3.0
+
+
+def sleeper(tmp_path: Path) -> OperatorRunner:
+    runner = OperatorRunner(tmp_path / "kubeconfig", tmp_path / "op.log")
+    runner.proc = spawn(
+        "sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], runner.log_path, detached=True
+    )
+    return runner
+
+
+def test_a_recorded_process_is_stopped_by_pid(tmp_path: Path) -> None:
+    runner = sleeper(tmp_path)
+    state = tmp_path / "operator.pid"
+    runner.record(state)
+    assert stop_recorded(state) is True
+    deadline = time.monotonic() + 10
+    while start_time(runner.pid) is not None and runner.proc.popen.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert not state.exists()
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
+    runner = sleeper(tmp_path)
+    state = tmp_path / "operator.pid"
+    runner.record(state)
+    recorded = json.loads(state.read_text())
+    state.write_text(json.dumps({**recorded, "started": recorded["started"] - 1}))  # another process
+    try:
+        assert stop_recorded(state) is False
+        assert runner.alive() and not state.exists()
+    finally:
+        runner.stop(timeout=5)
+    assert not runner.alive()

@@ -1,0 +1,159 @@
+"""Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files).
+
+* ``wait_for``: the one poll-until-true loop;
+* ``pi_job``: the one pi MPIJob builder, derived from ``examples/pi.yaml``;
+* ``PODGROUP_CRDS``: the one source of the PodGroup CRDs (``tests/crds/``);
+* ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localcluster.operator import OperatorRunner
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "pi.yaml"
+CRDS_DIR = Path(__file__).resolve().parent / "crds"
+PODGROUP_CRD_FILES = sorted(CRDS_DIR.glob("*-podgroup.yaml"))
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    *,
+    describe: Callable[[], str] | None = None,
+    alive: Callable[[], bool] | None = None,
+    ignore: Callable[[BaseException], bool] | None = None,
+) -> Any:
+    """Poll ``check`` until it returns something true (returned) or ``timeout`` passes (AssertionError
+    with the last value and ``describe()``). ``alive``: fail at once when it turns false (the operator
+    died); ``ignore``: exceptions of ``check`` to treat as "not yet" (default: a 404, not there yet)."""
+    ignore = ignore or not_found
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except Exception as exc:
+            if not ignore(exc):
+                raise
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            break
+        if alive is not None and not alive():
+            raise AssertionError(f"the operator died while waiting for {what}")
+        time.sleep(interval)
+    detail = f"\n{describe()}" if describe is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{detail}")
+
+
+def not_found(exc: BaseException) -> bool:
+    """An API error 404 (``reconcile.kube.ApiError`` or the official client's ``ApiException``)."""
+    return getattr(exc, "status", None) == 404
+
+
+def podgroup_crds() -> list[dict[str, Any]]:
+    """Minimal stand-ins for the PodGroup CRDs of Volcano and scheduler-plugins."""
+    return [yaml.safe_load(f.read_text()) for f in PODGROUP_CRD_FILES]
+
+
+def example_pi() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+IMAGES = {
+    "OpenMPI": "mpioperator/mpi-pi:openmpi",
+    "Intel": "mpioperator/mpi-pi:intel",
+    "MPICH": "mpioperator/mpi-pi:mpich",
+}
+SSHD = ["/usr/sbin/sshd", "-De"]
+
+
+def pi_job(
+    name: str = "pi",
+    *,
+    impl: str = "OpenMPI",
+    root: bool = False,
+    workers: int | None = 2,
+    resources: bool = True,
+    launcher_annotations: dict[str, str] | None = None,
+    worker_annotations: dict[str, str] | None = None,
+    run_policy: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """``examples/pi.yaml`` (Open MPI, non-root: uid 1000, the SSH key at /home/mpiuser/.ssh, 2 workers,
+    limits of 1 CPU and 1Gi), changed as asked:
+
+    * ``root``: upstream's e2e base job: no securityContext or sshAuthMountPath, ``--allow-run-as-root``,
+      Open MPI workers without a command (the operator defaults it to ``sshd -De``);
+    * ``impl`` Intel or MPICH: their image, the image entrypoint for the launcher (``args``) and the
+      workers (sshd as ``args``), and a TCP readiness probe on :2222, as upstream's examples do;
+    * ``workers`` (None: no Worker spec), ``resources=False`` (no limits), pod-template annotations,
+      ``run_policy`` merged into the example's, other ``spec`` keys set.
+    """
+    job = copy.deepcopy(example_pi())
+    job["metadata"]["name"] = name
+    body = job["spec"]
+    specs = body["mpiReplicaSpecs"]
+    launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    sshd_args = worker["args"]  # -De -f /home/mpiuser/.sshd_config
+    for container in (launcher, worker):
+        container["image"] = IMAGES[impl]
+        if root:
+            container.pop("securityContext", None)
+        if not resources:
+            container.pop("resources", None)
+    if root:
+        body.pop("sshAuthMountPath", None)
+        sshd_args = ["-De"]
+    if impl == "OpenMPI":
+        if root:
+            launcher["args"] = ["--allow-run-as-root", *launcher["args"]]
+            del worker["command"], worker["args"]
+    else:
+        body["mpiImplementation"] = impl
+        launcher["args"] = [*launcher.pop("command"), *launcher["args"]]
+        worker["args"] = [*worker.pop("command"), *sshd_args]
+        worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 2}
+    for role, notes in (("Launcher", launcher_annotations), ("Worker", worker_annotations)):
+        if notes:
+            specs[role]["template"].setdefault("metadata", {})["annotations"] = dict(notes)
+    if workers is None:
+        del specs["Worker"]
+    else:
+        specs["Worker"]["replicas"] = workers
+    body["runPolicy"].update(run_policy or {})
+    body.update(spec)
+    return job
+
+
+def api_writes(op: OperatorRunner) -> float:
+    """The operator's API writes (events included), without its Lease renewals."""
+    return sum(
+        value
+        for (name, labels), value in op.metrics().items()
+        if name == "mpi_operator_api_requests_total"
+        and dict(labels).get("verb") in WRITE_VERBS
+        and dict(labels).get("kind") != "Lease"
+    )
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref["uid"])
+    return None

@@ -1,5 +1,5 @@
 """Kueue tier: real Kueue (built by deploy/local/build.sh) drives our MPIJobs on an L2 cluster of its own,
-with the operator as a process under the mpi-operator ServiceAccount (tests/e2e's OperatorProcess).
+with the operator as a process under the mpi-operator ServiceAccount (tests/e2e's operator_runner).
 
 Kueue is installed as a real install has it (localcluster.kueue): its webhooks suspend MPIJobs created
 unsuspended, its controllers admit them by unsuspending and injecting each flavor's node labels and
@@ -29,9 +29,11 @@ from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.kueue import Kueue
 from localcluster.nodes import fake_node
+from localcluster.operator import OperatorRunner
 from reconcile.kube import JOB, ApiError, Kube, Resource
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.conftest import E2E, HOLD, REPO, OperatorProcess, kubectl, name_of, phase, pi_job
+from tests.e2e.support import E2E, HOLD, REPO, kubectl, name_of, operator_runner, phase
+from tests.utils import pi_job
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = Resource(KUEUE_API, "ClusterQueue", "clusterqueues", namespaced=False)
@@ -157,8 +159,8 @@ def kueue(kueue_cluster: LocalCluster) -> Iterator[Kueue]:
 @pytest.fixture(scope="session")
 def operator(
     kueue_cluster: LocalCluster, kueue: Kueue, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(kueue_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+) -> Iterator[OperatorRunner]:
+    op = operator_runner(kueue_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
     op.start()
     try:
         yield op
@@ -247,7 +249,7 @@ class KueueE2E(E2E):
     """E2E helpers plus the test's ClusterQueue/LocalQueue and its Workloads."""
 
     def __init__(
-        self, cluster: LocalCluster, kube: Kube, namespace: str, operator: OperatorProcess, kueue: Kueue
+        self, cluster: LocalCluster, kube: Kube, namespace: str, operator: OperatorRunner, kueue: Kueue
     ):
         super().__init__(cluster, kube, namespace, operator)
         self.kueue = kueue
@@ -436,11 +438,11 @@ def kq(
     kueue_cluster: LocalCluster,
     kueue: Kueue,
     namespace: str,
-    operator: OperatorProcess,
+    operator: OperatorRunner,
     request: pytest.FixtureRequest,
 ) -> Iterator[KueueE2E]:
     if not operator.alive():
-        operator.start(*operator.flags_now)
+        operator.start()
     if not kueue.alive():
         raise RuntimeError(f"kueue died:\n{kueue.log_tail()}")
     api = kueue_cluster.api_client()

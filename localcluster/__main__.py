@@ -41,7 +41,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if any(p.alive() for p in old.procs):
             sys.exit(f"a cluster is already running in {state_dir}; run `python -m localcluster down` first")
         old.stop()
-    spec = ClusterSpec(tier=args.tier, nodes=args.nodes, startup_timeout=args.timeout)
+    spec = ClusterSpec(tier=args.tier, nodes=args.nodes, startup_timeout=args.timeout, audit=args.audit)
     cluster = LocalCluster(spec, work_dir=state_dir, detached=args.detach)
     began = time.monotonic()
     with terminate_on_signals():
@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--detach", action="store_true", help="leave it running; stop with `down`")
     up.add_argument("--nodes", type=int, default=2, help="kwok fake nodes (l2)")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds per component to become ready")
+    up.add_argument(
+        "--audit", action="store_true", help="kube-apiserver audit log of ServiceAccount and Lease writes"
+    )
     up.set_defaults(func=cmd_up)
     add("down", "stop a cluster started with up").set_defaults(func=cmd_down)
     add("env", "print shell exports (KUBECONFIG, PATH) for a running cluster").set_defaults(func=cmd_env)

@@ -37,6 +37,24 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 
 
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: RequestResponse
+    resources: [{group: coordination.k8s.io, resources: [leases]}]
+    verbs: [create, update, patch]
+  - level: Request
+    userGroups: [system:serviceaccounts]
+    verbs: [create]
+  - level: Metadata
+    userGroups: [system:serviceaccounts]
+    verbs: [update, patch, delete, deletecollection]
+  - level: None
+"""
+
+
 class StartupError(RuntimeError):
     """A component did not become ready; the message carries the tail of its log."""
 
@@ -47,6 +65,9 @@ class ClusterSpec:
     nodes: int = 2  # kwok fake nodes (L2 only)
     node_capacity: dict[str, str] = attrs.field(factory=lambda: dict(DEFAULT_CAPACITY))
     startup_timeout: float = 120.0
+    # kube-apiserver audit log (JSON lines, logs/audit.log): the writes of ServiceAccounts (creates with
+    # their body, other writes as metadata) and every Lease write with its body (who holds it, when)
+    audit: bool = False
 
 
 _live: set[LocalCluster] = set()
@@ -78,6 +99,7 @@ class LocalCluster:
         self.procs: list[Proc] = []
         self.server = ""
         self.ports: dict[str, int] = {}
+        self._apiserver_argv: list[str] = []
 
     def __hash__(self) -> int:
         return id(self)
@@ -94,6 +116,10 @@ class LocalCluster:
     @property
     def log_dir(self) -> Path:
         return self.work_dir / "logs"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.log_dir / "audit.log"
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def __enter__(self) -> LocalCluster:
@@ -313,9 +339,39 @@ class LocalCluster:
         if self.spec.tier == "l1":
             # No controller-manager creates the "default" ServiceAccount (as in envtest).
             argv.append("--disable-admission-plugins=ServiceAccount")
+        if self.spec.audit:
+            policy = self.work_dir / "audit-policy.yaml"
+            policy.write_text(AUDIT_POLICY)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            argv += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",  # each event on disk before the answer: ground truth
+                "--audit-log-maxsize=0",
+            ]
+        self._apiserver_argv = argv
         proc = self._spawn("kube-apiserver", argv)
         ctx = self._admin_ssl()
         self._wait(proc, lambda: _http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
+
+    def restart_apiserver(self, *, kill: bool = True, down: float = 0.0) -> float:
+        """SIGKILL (or SIGTERM) kube-apiserver, wait ``down`` s, start it again on the same port and etcd;
+        returns the seconds from the kill until it is ready again."""
+        old = self._proc("kube-apiserver")
+        began = time.monotonic()
+        if kill:
+            old.stop(timeout=0)
+        else:
+            old.stop()
+        time.sleep(down)
+        proc = spawn("kube-apiserver", self._apiserver_argv, old.log, detached=self.detached, append=True)
+        self.procs[self.procs.index(old)] = proc
+        ctx = self._admin_ssl()
+        self._wait(proc, lambda: _http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
+        if self.detached:
+            self.write_state()
+        return time.monotonic() - began
 
     def _start_controllers(self) -> None:
         kc, p = str(self.kubeconfig), self.pki_dir

@@ -82,8 +82,7 @@ class OperatorRunner:
         if self.alive():
             raise RuntimeError(f"operator already running (pid {self.pid})")
         self.port = free_port()  # never a fixed port another run may hold
-        env = {**os.environ, "PYTHONPATH": str(self.repo)}
-        env.pop("KUBECONFIG", None)  # only the kubeconfig we pass
+        env = self.process_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"\n=== starting operator: {' '.join(self.argv()[2:])}\n".encode())
@@ -99,6 +98,12 @@ class OperatorRunner:
         if wait:
             self.wait_ready(timeout)
         return self
+
+    def process_env(self) -> dict[str, str]:
+        """The process environment (a subclass may add to it; ``self.port`` is set by then)."""
+        env = {**os.environ, "PYTHONPATH": str(self.repo)}
+        env.pop("KUBECONFIG", None)  # only the kubeconfig we pass
+        return env
 
     def restart(self, *flags: str, wait: bool = True) -> OperatorRunner:
         """Stop, then start with ``flags`` instead of the current ones."""

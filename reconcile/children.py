@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
 
 FIELD_MANAGER: Final = "mpijob-operator"
@@ -36,4 +37,15 @@ POLICY: Final = Policy(
         "Pod",
         "Job",
     ),
+)
+
+# A create the API server finds Invalid (422) can never succeed: the job fails with the server's field
+# path. The launcher Job comes last and only once every other create succeeded (no launcher while its
+# workers cannot exist); the first failed create stops the rest (retried with back-off, as upstream); and
+# nothing is created while a foreign object holds a wanted name.
+CREATE_RULES: Final = CreateRules(
+    permanent_codes=frozenset({422}),
+    last_kinds=frozenset({"Job"}),
+    stop_on_failure=True,
+    none_while_conflicts=True,
 )

@@ -14,14 +14,18 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.dynamic import DynamicClient
+
 import render
 from reconcile import events as ev
-from reconcile.children import FIELD_MANAGER, POLICY
+from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
+from reconcile.discovery import static_client
 from reconcile.engine import managedfields
 from reconcile.engine.differ import plan
-from reconcile.engine.executor import ExecResult, execute, warm_up
+from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
 from reconcile.events import EventRecorder
+from reconcile.fence import NotLeader
 from reconcile.informer import Informer, controller_ref, key_of
 from reconcile.kube import (
     CONFIGMAP,
@@ -48,11 +52,21 @@ from reconcile.syncstate import (
     launcher_resume_needs_start_time_cleared,
     status_changed,
 )
+from render import conditions as rcond
 from render import names
+from render.errors import one_line
+from render.observed import CreateFailure
+from render.status import MAX_MESSAGE
+from render.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
+# A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
+SYNC_FAILURES_FOR_CONDITION = 3
+SYNC_FAILED = "SyncFailed"
+# A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
+MAX_WAKEUP_SECONDS = 24 * 3600.0
 
 
 def podgroup_resource(gang_scheduling: str) -> Resource | None:
@@ -73,7 +87,6 @@ class Controller:
         threadiness: int = 2,
         queue_qps: float = 10,
         queue_burst: int = 100,
-        on_fatal: Callable[[str], None] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
     ) -> None:
@@ -91,7 +104,7 @@ class Controller:
 
         def informer(res: Resource, selector: str | None = CHILD_SELECTOR) -> Informer:
             ns = self.namespace if res.namespaced else None
-            return Informer(kube, res, namespace=ns, label_selector=selector, on_fatal=on_fatal)
+            return Informer(kube, res, namespace=ns, label_selector=selector, on_error=self._list_watch_error)
 
         self.mpijobs = informer(MPIJOB, None)
         self.children: dict[Resource, Informer] = {
@@ -106,15 +119,25 @@ class Controller:
         self.mpijobs.add_handler(self._on_mpijob)
         for inf in self.children.values():
             inf.add_handler(self._on_child)
+        # The executor's client knows our kinds: no API discovery before a new leader's first write.
+        self._client: DynamicClient | None = None
         self._workers: list[threading.Thread] = []
         # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
         self._fresh_keys: dict[str, render.SSHKey] = {}
         # job uid -> wanted names a create found taken by objects our watches cannot see
         self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
+        # key -> (job uid, the create the API server refused in the job's last sync): status shows it
+        self._create_failures: dict[str, tuple[str, CreateFailure]] = {}
+        # key -> syncs failed in a row
+        self._sync_failures: dict[str, int] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
+        self._synced: dict[str, str] = {}  # key -> resourceVersion the last finished sync read
 
     # -- informers and handlers ----------------------------------------------------------------------
+    def _list_watch_error(self, informer: str, code: str) -> None:
+        self.metrics.transient_errors.labels(source=informer, code=code).inc()
+
     @property
     def informers(self) -> list[Informer]:
         out = [self.mpijobs, *self.children.values()]
@@ -169,24 +192,23 @@ class Controller:
                 if deadline is not None and time.monotonic() > deadline:
                     return False
         log.info("caches synced", extra={"informers": [i.name for i in self.informers]})
-        try:
-            warm_up(self.kube.api_client)
-        except Exception as exc:  # the first execute retries discovery and reports it per object
-            log.warning("API discovery failed; retried on first use", extra={"error": str(exc)})
         for i in range(self.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
             self._workers.append(t)
         return True
 
-    def stop(self, timeout: float = 30) -> None:
+    def stop(self, timeout: float = 30) -> bool:
+        """Hand no key out any more (queued ones are dropped: the next leader lists them again), give the
+        syncs in flight ``timeout`` s, stop the informers. True if every worker finished in time."""
         self._stopped.set()
-        self.queue.shutdown()
+        self.queue.shutdown(drop=True)
         deadline = time.monotonic() + timeout
         for t in self._workers:
             t.join(max(0.0, deadline - time.monotonic()))
         for inf in self.informers:
             inf.stop()
+        return not any(t.is_alive() for t in self._workers)
 
     def _worker(self) -> None:
         while True:
@@ -202,25 +224,84 @@ class Controller:
     def process(self, key: str) -> None:
         start = time.monotonic()
         result = "success"
+        seen = self.mpijobs.store.get(key)
         try:
             self.sync(key)
             self.queue.forget(key)
+            if self._sync_failures.pop(key, 0) >= SYNC_FAILURES_FOR_CONDITION:
+                self._clear_sync_failed(key)
+        except NotLeader as err:
+            # The fence refused a write: leadership lapsed (the API server is unreachable) or ended.
+            result = "fenced"
+            log.info("sync stopped: not leading", extra={"key": key, "error": str(err)})
+            if not self._stopped.is_set():
+                self.queue.add_rate_limited(key)
         except Exception as err:
             result = "error"
             if isinstance(err, (ApiError, SyncError)):
                 log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
             else:
                 log.exception("sync failed, requeued", extra={"key": key})
+            self._report_sync_error(key, err)
             if not self._stopped.is_set():
                 self.queue.add_rate_limited(key)
         finally:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
+            if seen is None:
+                self._synced.pop(key, None)
+            else:
+                self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
+
+    def synced_version(self, key: str) -> str | None:
+        """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on: proof for tests
+        that the operator has processed a given event (served at /debug/synced?key=ns/name)."""
+        return self._synced.get(key)
+
+    # -- failed syncs, shown on the job --------------------------------------------------------------
+    def _report_sync_error(self, key: str, err: Exception) -> None:
+        """Count it; tell the job's owner with an event, and a condition once it repeats. A SyncError is
+        a retry the job's status and events already explain; a 409 is an ordinary stale write."""
+        reason = _error_reason(err)
+        self.metrics.sync_errors.labels(reason=reason).inc()
+        count = self._sync_failures[key] = self._sync_failures.get(key, 0) + 1
+        if isinstance(err, SyncError) or (isinstance(err, ApiError) and err.status == 409):
+            return
+        obj = self.mpijobs.store.get(key)
+        if obj is None:
+            return
+        message = one_line(f"sync failed, retried with back-off: {reason}: {err}")
+        self.recorder.event(obj, ev.WARNING, SYNC_FAILED, message[:MAX_MESSAGE])
+        if count >= SYNC_FAILURES_FOR_CONDITION:
+            self._set_sync_condition(obj, rcond.TRUE, reason, message)
+
+    def _clear_sync_failed(self, key: str) -> None:
+        obj = self.mpijobs.store.get(key)
+        if obj is not None:
+            self._set_sync_condition(obj, rcond.FALSE, "Synced", "the last sync succeeded")
+
+    def _set_sync_condition(self, obj: dict[str, Any], status: str, reason: str, message: str) -> None:
+        old = obj.get("status") or {}
+        conds = rcond.clean(old.get("conditions"))
+        if status == rcond.FALSE and rcond.find(conds, SYNC_FAILED) is None:
+            return
+        now = format_time(self._now())
+        new = {
+            **old,
+            "conditions": rcond.set_condition(conds, SYNC_FAILED, status, reason, message[:MAX_MESSAGE], now),
+        }
+        if not status_changed(old, new):
+            return
+        try:
+            self._write_status(obj, new)
+        except Exception as exc:  # the status write may be what fails; the event and the log still tell
+            log.warning("condition %s not written", SYNC_FAILED, extra={"error": str(exc)})
 
     # -- the sync -----------------------------------------------------------------------------------
     def sync(self, key: str) -> None:
         obj = self.mpijobs.store.get(key)
         if obj is None:
             self.metrics.remove_job_info(key)
+            self._create_failures.pop(key, None)
             return
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_managed_externally(obj):
@@ -233,7 +314,9 @@ class Controller:
             return
         children = self.children_of(job)
         children += self._held_names(job, children)
-        observed = self._observe(job, children, now)
+        remembered = self._create_failures.get(key)
+        refused = remembered[1] if remembered is not None and remembered[0] == job.uid else None
+        observed = self._observe(job, children, now, refused)
 
         old_status = obj.get("status") or {}
         new_status = render.status(job, observed, self.config)
@@ -256,8 +339,17 @@ class Controller:
         the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
-        result = execute(the_plan, self.kube.api_client, self.field_manager, owner_description="MPIJob")
+        result = execute(
+            the_plan,
+            self._executor_client() if the_plan else self.kube.api_client,
+            self.field_manager,
+            owner_description="MPIJob",
+            create_rules=CREATE_RULES,
+            on_done=self._read_back,
+        )
         self._after_execute(obj, job, the_plan, result)
+        if self._remember_create_failure(key, job, result, refused):
+            self.queue.add(key)  # the status must say so (or stop saying so) now, not at the next event
 
         if self._owned_launcher(job, live) is not None or any(
             o.key.kind == "Job" and o.result == "created" for o in result.done
@@ -265,11 +357,17 @@ class Controller:
             self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
         wake = render.next_wakeup(job, new_status, now)
         if wake is not None:
-            self.queue.add_after(key, max(0.0, (wake - now).total_seconds()) + 0.01)
+            delay = min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + 0.01)
+            self.queue.add_after(key, delay)
         if the_plan.conflicts:
             raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
         if not result.ok:
             raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
+
+    def _executor_client(self) -> DynamicClient:
+        if self._client is None:
+            self._client = static_client(self.kube.api_client)
+        return self._client
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
@@ -332,7 +430,32 @@ class Controller:
         found.setdefault("kind", res.kind)
         return managedfields.slim(found)
 
-    def _observe(self, job: Any, children: list[dict[str, Any]], now: datetime) -> render.Observed:
+    def _remember_create_failure(
+        self, key: str, job: Any, result: ExecResult, before: CreateFailure | None
+    ) -> bool:
+        """Keep the first create the server refused in this sync for the next status; True if changed."""
+        failed = next((f for f in result.failures if f.verb == "create"), None)
+        if failed is None:
+            self._create_failures.pop(key, None)
+            return before is not None
+        refused = CreateFailure(
+            kind=failed.key.kind,
+            name=failed.key.name,
+            code=failed.code,
+            message=failed.message,
+            permanent=failed.permanent,
+            causes=failed.causes,
+        )
+        self._create_failures[key] = (job.uid, refused)
+        return refused != before
+
+    def _observe(
+        self,
+        job: Any,
+        children: list[dict[str, Any]],
+        now: datetime,
+        create_failure: CreateFailure | None = None,
+    ) -> render.Observed:
         has_secret = any(
             o.get("kind") == "Secret"
             and o["metadata"].get("name") == names.ssh_secret_name(job.name)
@@ -346,7 +469,9 @@ class Controller:
             key = self._fresh_keys.get(job.uid)
             if key is None:
                 key = self._fresh_keys[job.uid] = render.generate_ssh_key()
-        return render.Observed.from_objects(children, now=now, fresh_ssh_key=key)
+        return render.Observed.from_objects(
+            children, now=now, fresh_ssh_key=key, create_failure=create_failure
+        )
 
     def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:
         for o in live:
@@ -411,15 +536,19 @@ class Controller:
         self.children[JOB].observe(updated)
         return [updated if o is target else o for o in live]
 
+    def _read_back(self, outcome: Outcome) -> None:
+        """A write's answer into the caches at once (the next sync must not plan it again), not held in
+        the result until the end of a sync of thousands of objects."""
+        if outcome.object is None or outcome.result == "deleted":
+            return
+        written = dict(outcome.object)
+        inf = self._informer_for(written)
+        if inf is not None:
+            inf.observe(written)
+
     def _after_execute(self, obj: dict[str, Any], job: Any, the_plan: Plan, result: ExecResult) -> None:
-        # Read our writes back into the caches, so the next sync does not plan them again.
-        for outcome in result.done:
-            if outcome.object is None or outcome.result == "deleted":
-                continue
-            written = dict(outcome.object)
-            inf = self._informer_for(written)
-            if inf is not None:
-                inf.observe(written)
+        for outcome in result.done:  # answers that did not go through on_done (none, from execute)
+            self._read_back(outcome)
         for conflict in the_plan.conflicts:
             self.recorder.event(
                 obj,
@@ -450,6 +579,12 @@ class Controller:
 
 class SyncError(Exception):
     """A sync that did its part but must be retried (e.g. a wanted name is held by someone else)."""
+
+
+def _error_reason(err: Exception) -> str:
+    if isinstance(err, ApiError):
+        return f"ApiError{err.status}"
+    return type(err).__name__
 
 
 def _condition_reason(status: Mapping[str, Any], ctype: str) -> str:

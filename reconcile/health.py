@@ -4,6 +4,8 @@ Decision: ``--monitoring-port`` (default 8080) serves all three. ``--monitoring-
 but the probes stay on 8080, because upstream's health server is always on :8080 and the Deployment's probes
 point there. /healthz fails when the leader stopped renewing its lease (the process is wedged); /readyz is
 ready when this replica is a standby, or when it leads and every informer cache has synced.
+``/debug/synced?key=<namespace>/<name>`` (with /metrics) answers the resourceVersion of that MPIJob the
+last finished sync acted on: tests use it to know the operator processed an event, instead of sleeping.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -29,8 +32,10 @@ class HealthServer:
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
         metrics: Callable[[], bytes] | None,
+        synced: Callable[[str], str | None] | None = None,
     ) -> None:
         self._healthy = healthy
+        self._synced = synced
         self._ready = ready
         self._metrics = metrics
         server = self
@@ -44,6 +49,13 @@ class HealthServer:
                     self._probe(server._ready())
                 elif path == "/metrics" and server._metrics is not None:
                     self._send(200, server._metrics(), CONTENT_TYPE_LATEST)
+                elif path == "/debug/synced" and server._synced is not None:
+                    key = parse_qs(urlsplit(self.path).query).get("key", [""])[0]
+                    version = server._synced(key)
+                    if version is None:
+                        self._send(404, b"not synced\n", "text/plain")
+                    else:
+                        self._send(200, version.encode() + b"\n", "text/plain")
                 else:
                     self._send(404, b"not found\n", "text/plain")
 

@@ -1,8 +1,9 @@
 """List+watch informers over plain dicts, with indexers (client-go's reflector, store and indexer).
 
 * list (paged) then watch from the list's resourceVersion, with bookmarks; a 410 Gone (on the request or as
-  an ERROR event) relists; other errors back off exponentially (0.8 s → 30 s, jittered) and resume;
-* 401/403 call ``on_fatal`` (the process exits, as upstream #619: a controller that cannot see is useless);
+  an ERROR event) relists; every other error -- 5xx, 429, connection errors and 401/403 too (a restarting
+  kube-apiserver answers 403 until its RBAC cache has synced) -- backs off exponentially (0.8 s → 30 s,
+  jittered), is counted through ``on_error(informer, code)`` and resumed, as client-go's reflectors do;
 * objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
   (often the biggest part of an object; memory target: 150 MiB for 200 jobs x 4 workers), the main-resource
   entries stay: the differ reads ours to find fields we no longer render;
@@ -137,7 +138,7 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
-        on_fatal: Callable[[str], None] | None = None,
+        on_error: Callable[[str, str], None] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (0.8, 30.0),
@@ -150,7 +151,7 @@ class Informer:
             {"namespace": namespace_index, "controller": controller_uid_index, **(indexers or {})}
         )
         self._handlers: list[Handler] = []
-        self._on_fatal = on_fatal
+        self._on_error = on_error
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._backoff = backoff
@@ -201,28 +202,31 @@ class Informer:
                 self._rv = ""
                 continue
             except ApiError as err:
-                if err.status in (401, 403):
-                    msg = f"{self.name}: {err}"
-                    log.critical(
-                        "not allowed to list/watch", extra={"informer": self.name, "error": str(err)}
-                    )
-                    if self._on_fatal is not None:
-                        self._on_fatal(msg)
-                    return
                 if err.status == 410:
                     self._rv = ""
                     continue
                 failures += 1
-                log.warning("list/watch failed", extra={"informer": self.name, "error": str(err)})
+                self._failed(str(err.status), str(err), failures)
             except Exception as err:
                 if self._stop.is_set():
                     return
                 failures += 1
-                log.warning("list/watch failed", extra={"informer": self.name, "error": repr(err)})
+                self._failed("error", repr(err), failures)
             if failures:
                 base, cap = self._backoff
                 delay = min(cap, base * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
                 self._stop.wait(delay)
+
+    def _failed(self, code: str, error: str, failures: int) -> None:
+        if self._on_error is not None:
+            self._on_error(self.name, code)
+        # A 401/403 that persists is a broken credential or RBAC: say so louder, keep trying.
+        level = logging.ERROR if code in ("401", "403") and failures >= 5 else logging.WARNING
+        log.log(
+            level,
+            "list/watch failed, retrying",
+            extra={"informer": self.name, "code": code, "error": error, "failures": failures},
+        )
 
     # -- list and watch -----------------------------------------------------------------------------
     def _query(self) -> dict[str, Any]:

@@ -5,7 +5,9 @@ client's typed models, which cost several times the memory and drop unknown fiel
 
 ``Kube`` also wraps the ``ApiClient``'s REST layer, so every request made through that client (ours, the
 executor's typed calls, anything else) waits on one token bucket (``--kube-api-qps``/``--kube-api-burst``)
-and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``.
+and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every write
+(anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``, counted
+with code ``fenced``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import attrs
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from reconcile.fence import Fence, NotLeader
 from reconcile.ratelimit import TokenBucket
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+DISCOVERY_BURST = 100
 
 
 @attrs.frozen
@@ -62,6 +67,8 @@ LEASE = Resource("coordination.k8s.io/v1", "Lease", "leases")
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+
+# For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
 CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 
 KNOWN = (
@@ -76,7 +83,6 @@ KNOWN = (
     PRIORITY_CLASS,
     VOLCANO_PODGROUP,
     SCHED_PLUGINS_PODGROUP,
-    CRD,
 )
 _BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
 _KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}
@@ -120,6 +126,8 @@ def classify(method: str, url: str) -> tuple[str, str]:
         rest = segs[2:]
     elif segs[:1] == ["apis"]:
         rest = segs[3:]
+    elif segs == ["version"]:
+        return "get", "discovery"
     else:
         return method.lower(), "other"
     if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
@@ -152,11 +160,17 @@ class Kube:
         burst: int = 10,
         on_request: Callable[[str, str, str], None] | None = None,
         user_agent: str = "mpi-operator",
+        fence: Fence | None = None,
     ) -> None:
         self.api_client = api_client
         api_client.user_agent = user_agent
         self._bucket = TokenBucket(qps, burst) if qps > 0 else None
+        # API discovery (the dynamic client's /api, /apis, /apis/<group>/<version>, about 20 requests on a
+        # first start) waits on a bucket of its own with a larger burst: spending the main burst on it made
+        # the first job after a start wait seconds for tokens (client-go's typed clients need no discovery).
+        self._discovery_bucket = TokenBucket(qps, max(burst, DISCOVERY_BURST)) if qps > 0 else None
         self._on_request = on_request
+        self.fence = fence
         self._instrument()
 
     # -- throttle and count every request of this ApiClient -----------------------------------------
@@ -165,15 +179,26 @@ class Kube:
         if getattr(rest, "_mpi_operator_wrapped", False):
             return
         inner = rest.request
-        bucket = self._bucket
+        main_bucket, discovery_bucket = self._bucket, self._discovery_bucket
         on_request = self._on_request
+        fence = self.fence
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            verb, kind = classify(method, url)
+            bucket = discovery_bucket if kind == "discovery" else main_bucket
             if bucket is not None:
                 bucket.wait()
-            verb, kind = classify(method, url)
             try:
-                resp = inner(method, url, *args, **kwargs)
+                if fence is None or method.upper() in READS:
+                    resp = inner(method, url, *args, **kwargs)
+                else:
+                    # checked after the rate limiter's wait: the fence may have closed meanwhile
+                    with fence.write(f"{verb} {kind}"):
+                        resp = inner(method, url, *args, **kwargs)
+            except NotLeader:
+                if on_request is not None:
+                    on_request(verb, kind, "fenced")
+                raise
             except Exception:
                 if on_request is not None:
                     on_request(verb, kind, "error")

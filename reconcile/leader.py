@@ -5,11 +5,20 @@ Why not ``kubernetes.leaderelection`` (37.x, which has a LeaseLock)? Its LeaseLo
 counted client; its acquire loop cannot be stopped (no context), so SIGTERM cannot end a follower cleanly;
 it never releases the lease on shutdown (client-go's ReleaseOnCancel), which makes a rolling update wait a
 full lease duration; it has no clock injection for tests; and it does not count leaseTransitions.
-This module is that algorithm in ~150 lines against plain Lease dicts.
+This module is that algorithm against plain Lease dicts, with three changes for hand-over under load:
+
+* a ``Fence`` (``reconcile.fence``) in the controller's client lets a write out only while the last
+  renewal is younger than the renew deadline, so no write of ours can follow a lapse, a loss or a release;
+* on stop the controller gets ``drain_timeout`` (shorter than the renew deadline) to finish its syncs while
+  we keep renewing; then the fence closes, in-flight writes end, and only then is the Lease released;
+* a renewal that fails because the API server is unreachable is not "lost": the fence lapses by itself and
+  we keep trying; leadership is lost (and the process exits) only when another holder is seen. A standby
+  watches the Lease and tries at once when it is released, instead of waiting for its next poll.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -18,6 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from reconcile.fence import Fence
 from reconcile.kube import LEASE, ApiError, Kube
 
 log = logging.getLogger(__name__)
@@ -25,6 +35,11 @@ log = logging.getLogger(__name__)
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 5.0
 RETRY_PERIOD = 3.0
+# On stop, the syncs in flight get this long (while we renew) before they are cut off by the fence.
+DRAIN_TIMEOUT = 1.0
+# Writes in flight when the fence closes get this long to come back before we release the Lease; if they do
+# not, the Lease is left to expire (safe: nobody leads before it does).
+IN_FLIGHT_TIMEOUT = 2.0
 # /healthz fails when the leader has not renewed for lease duration + this (client-go's adaptor timeout).
 HEALTH_SLACK = 20.0
 
@@ -44,14 +59,19 @@ class LeaderElector:
         lease_duration: float = LEASE_DURATION,
         renew_deadline: float = RENEW_DEADLINE,
         retry_period: float = RETRY_PERIOD,
+        drain_timeout: float | None = None,
+        fence: Fence | None = None,
         on_started: Callable[[], None] = lambda: None,
         on_stopped: Callable[[], None] = lambda: None,
         on_change: Callable[[bool], None] = lambda leading: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watch_lease: bool = True,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period * 1.2 or retry_period <= 0:
             raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
+        if lease_duration != int(lease_duration):
+            raise ValueError("the lease duration is whole seconds (leaseDurationSeconds)")
         self.kube = kube
         self.namespace = namespace
         self.name = name
@@ -59,15 +79,24 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
+        if drain_timeout is None:
+            drain_timeout = min(DRAIN_TIMEOUT, renew_deadline / 2)
+        self.drain_timeout = drain_timeout
+        if not 0 <= self.drain_timeout < renew_deadline:
+            raise ValueError("need 0 <= drain_timeout < renew_deadline")
+        self.fence = fence if fence is not None else Fence(clock)
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._on_change = on_change
         self._clock = clock
         self._wall = wall
+        self._watch_lease = watch_lease
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._last_renew: float | None = None
         self._leading = False
+        self._wake = threading.Event()
+        self.stepped_down_at: float | None = None  # clock time the Lease was released (for measurements)
 
     # -- state --------------------------------------------------------------------------------------
     @property
@@ -89,46 +118,133 @@ class LeaderElector:
             self._leading = leading
             self._on_change(leading)
 
-    # -- the loop -----------------------------------------------------------------------------------
-    def run(self, stop: threading.Event, before_release: Callable[[], None] = lambda: None) -> None:
-        """Block: acquire, call on_started, renew until stop (then release) or loss (then on_stopped).
+    def _held_by_other(self) -> bool:
+        return self.observed_holder not in ("", self.identity)
 
-        On stop, ``before_release`` runs while we still hold the lease (stop the workers there), so no
-        write of ours can overlap with the next leader's.
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(
+        self, stop: threading.Event, before_release: Callable[[float], None] = lambda timeout: None
+    ) -> None:
+        """Block: acquire, call on_started, renew until stop (then hand over) or loss (then on_stopped).
+
+        On stop, ``before_release(timeout)`` runs while we still hold and renew the lease: it must stop
+        taking work at once and return within ``timeout`` (stop the workers there). Then the fence closes,
+        and the Lease is released once no write of ours is in flight.
         """
-        log.info(
-            "waiting for the lease", extra={"lease": f"{self.namespace}/{self.name}", "id": self.identity}
-        )
+        lease = f"{self.namespace}/{self.name}"
+        log.info("waiting for the lease", extra={"lease": lease, "id": self.identity})
+        watcher = None
+        if self._watch_lease:
+            watcher = threading.Thread(target=self._watch, args=(stop,), name="lease-watch", daemon=True)
+            watcher.start()
         while not stop.is_set():
+            self._wake.clear()
             if self.try_acquire_or_renew():
                 break
-            stop.wait(self.retry_period * random.uniform(1.0, 1.2))
+            self._follow_wait(stop, self.retry_period * random.uniform(1.0, 1.2))
         if stop.is_set():
             return
-        log.info("acquired the lease", extra={"lease": f"{self.namespace}/{self.name}", "id": self.identity})
+        log.info("acquired the lease", extra={"lease": lease, "id": self.identity})
         self._set_leading(True)
         threading.Thread(target=self._on_started, name="leading", daemon=True).start()
+        lapsed = False
         while not stop.wait(self.retry_period):
-            if not self._renew(stop):
-                if stop.is_set():
-                    break
-                log.error("lost the lease", extra={"lease": f"{self.namespace}/{self.name}"})
+            if self._renew(stop):
+                if lapsed:
+                    log.info("lease renewed again; writes resume", extra={"lease": lease})
+                    lapsed = False
+                continue
+            if stop.is_set():
+                break
+            if self._held_by_other():
+                self.fence.revoke(0)
+                log.error("lost the lease", extra={"lease": lease, "holder": self.observed_holder})
                 self._set_leading(False)
                 self._on_stopped()
                 return
-        before_release()
-        self.release()
+            if not lapsed:
+                # Nobody else holds it (as far as we can see): the fence keeps us from writing until we
+                # renew again; exiting would turn every API server restart into a crash.
+                log.warning(
+                    "cannot renew the lease; writes are fenced until it is renewed", extra={"lease": lease}
+                )
+                lapsed = True
+        self._hand_over(before_release)
+
+    def _follow_wait(self, stop: threading.Event, timeout: float) -> None:
+        """Sleep until the next try, a release seen by the watch, or stop."""
+        deadline = self._clock() + timeout
+        while not stop.is_set() and not self._wake.is_set():
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            self._wake.wait(min(left, 0.2))
+
+    def _hand_over(self, before_release: Callable[[float], None]) -> None:
+        began = self._clock()
+        drain = threading.Thread(target=before_release, args=(self.drain_timeout,), name="drain", daemon=True)
+        drain.start()
+        deadline = began + self.drain_timeout
+        next_renew = (self._last_renew or began) + self.retry_period
+        while drain.is_alive():
+            now = self._clock()
+            if now >= deadline:
+                break
+            if now >= next_renew:
+                self.try_acquire_or_renew()  # one attempt: the drain ends before the renew deadline
+                next_renew = self._clock() + self.retry_period
+                continue
+            drain.join(min(deadline, next_renew) - now)
+        clean = self.fence.revoke(IN_FLIGHT_TIMEOUT)
+        log.info(
+            "stopped writing",
+            extra={
+                "drained": not drain.is_alive(),
+                "seconds": round(self._clock() - began, 3),
+                "in_flight": self.fence.in_flight,
+            },
+        )
+        if clean:
+            self.release()
+        else:
+            log.warning("writes still in flight; the lease is left to expire instead of being released")
+            self._set_leading(False)
 
     def _renew(self, stop: threading.Event) -> bool:
         deadline = self._clock() + self.renew_deadline
         while True:
             if self.try_acquire_or_renew():
                 return True
+            if self._held_by_other():
+                return False
             left = deadline - self._clock()
             if left <= 0 or stop.wait(min(self.retry_period / 3, left)):
                 return False
 
+    def _watch(self, stop: threading.Event) -> None:
+        """While we follow: wake the acquire loop as soon as the Lease is released (holder empty)."""
+        failures = 0
+        query = {"watch": "true", "fieldSelector": f"metadata.name={self.name}", "timeoutSeconds": 300}
+        while not stop.is_set() and not self._leading:
+            try:
+                for line in self.kube.stream_lines(LEASE.path(self.namespace), query, timeout=(10, 330)):
+                    failures = 0
+                    if stop.is_set() or self._leading:
+                        return
+                    event = json.loads(line)
+                    spec = (event.get("object") or {}).get("spec") or {}
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and (
+                        event.get("type") == "DELETED" or not spec.get("holderIdentity")
+                    ):
+                        self._wake.set()
+            except Exception as err:
+                failures += 1
+                log.debug("lease watch failed", extra={"error": repr(err)})
+            # polling still works meanwhile; back off so a broken watch costs little
+            stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+
     def try_acquire_or_renew(self) -> bool:
+        began = self._clock()
         now = self._wall()
         try:
             lease = self.kube.get(LEASE, self.namespace, self.name)
@@ -136,7 +252,7 @@ class LeaderElector:
             if err.status != 404:
                 log.warning("cannot read the lease", extra={"error": str(err)})
                 return False
-            return self._create(now)
+            return self._create(now, began)
         except Exception as err:
             log.warning("cannot read the lease", extra={"error": str(err)})
             return False
@@ -165,11 +281,16 @@ class LeaderElector:
             # 409 Conflict: someone else wrote first; retry later like everybody else.
             log.info("lease update failed", extra={"error": str(err)})
             return False
-        self._observed_spec = new_spec
-        self._observed_at = self._last_renew = self._clock()
+        self._renewed(new_spec, began)
         return True
 
-    def _create(self, now: datetime) -> bool:
+    def _renewed(self, spec: dict[str, Any], began: float) -> None:
+        self._observed_spec = spec
+        self._observed_at = self._last_renew = self._clock()
+        # Counted from before the GET: nobody can take over earlier than began + lease_duration.
+        self.fence.grant(began + self.renew_deadline)
+
+    def _create(self, now: datetime, began: float) -> bool:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
@@ -188,19 +309,26 @@ class LeaderElector:
         except Exception as err:
             log.info("lease create failed", extra={"error": str(err)})
             return False
-        self._observed_spec = spec
-        self._observed_at = self._last_renew = self._clock()
+        self._renewed(spec, began)
         return True
 
     def release(self) -> bool:
-        """Give the lease up so a standby takes over at once (client-go's ReleaseOnCancel)."""
+        """Give the lease up so a standby takes over at once (client-go's ReleaseOnCancel).
+
+        The fence closes first (and waits for writes in flight), so nothing of ours follows the release.
+        """
         if not self._leading:
             return True
         self._set_leading(False)
+        if not self.fence.revoke(IN_FLIGHT_TIMEOUT):
+            log.warning("writes still in flight; the lease is left to expire instead of being released")
+            return False
         try:
             lease = self.kube.get(LEASE, self.namespace, self.name)
             spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != self.identity:
+            holder = spec.get("holderIdentity")
+            if holder != self.identity:
+                log.warning("lease not released: held by another", extra={"holder": holder})
                 return True
             now = micro_time(self._wall())
             spec = {
@@ -211,6 +339,7 @@ class LeaderElector:
                 "acquireTime": now,
             }
             self.kube.replace(LEASE, {**lease, "spec": spec})
+            self.stepped_down_at = self._clock()
             log.info("released the lease", extra={"lease": f"{self.namespace}/{self.name}"})
             return True
         except Exception as err:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,11 +45,30 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def setup(fmt: str = "json", level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
+def setup(fmt: str = "json", level: str = "info", file: str = "", also_stderr: bool = False) -> None:
+    """Log to stderr, or to `file` (klog's -logtostderr=false with -log_file/-log_dir), and then to stderr
+    as well with `also_stderr` (-alsologtostderr)."""
+    handlers: list[logging.Handler] = []
+    if file:
+        handlers.append(logging.FileHandler(file, encoding="utf-8"))
+    if not file or also_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level.upper())
-    # the client's urllib3 debug lines would drown ours
-    logging.getLogger("urllib3").setLevel(max(logging.WARNING, root.level))
+    # urllib3's debug lines and per-attempt retry warnings would drown ours; failures are reported by us
+    logging.getLogger("urllib3").setLevel(max(logging.ERROR, root.level))
+    # An exception nobody caught is still one log line in the chosen format, traceback inside.
+    sys.excepthook = _log_uncaught
+    threading.excepthook = lambda a: _log_uncaught(a.exc_type, a.exc_value, a.exc_traceback, a.thread)
+
+
+def _log_uncaught(exc_type: Any, value: Any, tb: Any, thread: threading.Thread | None = None) -> None:
+    if issubclass(exc_type, KeyboardInterrupt | SystemExit):
+        return
+    extra = {"thread": thread.name} if thread is not None else {}
+    logging.getLogger("mpijob-operator").critical(
+        "uncaught exception", exc_info=(exc_type, value, tb), extra=extra
+    )

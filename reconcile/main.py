@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
+import random
 import signal
 import socket
 import sys
 import threading
+import time
 import tomllib
 import uuid
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
@@ -22,10 +26,12 @@ import render
 from reconcile import flags, logs
 from reconcile.controller import Controller
 from reconcile.events import EventRecorder
+from reconcile.fence import Fence
 from reconcile.health import DEFAULT_PORT, HealthServer
 from reconcile.kube import MPIJOB, ApiError, Kube
 from reconcile.leader import LeaderElector
 from reconcile.metrics import Metrics
+from render.bounds import CLUSTER_DOMAIN_MAX
 
 log = logging.getLogger("mpijob-operator")
 
@@ -66,19 +72,97 @@ def api_client(kubeconfig_path: str, master: str) -> ApiClient:
     return ApiClient(cfg)
 
 
-def check_crd(kube: Kube, namespace: str) -> None:
-    """Exit 1 with a clear message when the MPIJob CRD is missing (as upstream does at start)."""
-    try:
-        kube.list(MPIJOB, namespace or None, limit=1)
-    except ApiError as err:
-        if err.status == 404:
-            log.critical(
-                "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
-                "apply deploy/crd/ first",
-                extra={"error": str(err)},
-            )
-            sys.exit(1)
-        raise
+class StartupError(Exception):
+    """A start-up step failed. main() logs it as one line and exits 1; the Deployment's restart back-off
+    (CrashLoopBackOff) is the retry, as for upstream, whose start-up errors are fatal too."""
+
+    def __init__(self, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+STARTUP_BACKOFF = (0.5, 30.0)
+
+
+def check_crd(
+    kube: Kube,
+    namespace: str,
+    *,
+    on_error: Callable[[str], None] = lambda code: None,
+    stop: threading.Event | None = None,
+    backoff: tuple[float, float] = STARTUP_BACKOFF,
+) -> bool:
+    """Wait until MPIJobs can be listed. StartupError (one line, exit 1) only when the CRD is missing (as
+    upstream: NotFound); any other error (5xx, 429, 401/403 of an API server still starting, connection
+    errors) is retried with back-off and counted. False if ``stop`` was set first."""
+    failures = 0
+    while stop is None or not stop.is_set():
+        try:
+            kube.list(MPIJOB, namespace or None, limit=1)
+            return True
+        except ApiError as err:
+            if err.status == 404:
+                raise StartupError(
+                    "the MPIJob CRD (mpijobs.kubeflow.org, version v2beta1) is not installed; "
+                    "apply deploy/crd/ first",
+                    error=str(err),
+                ) from err
+            code, error = str(err.status), str(err)
+        except Exception as err:  # connection refused, reset, TLS, timeout
+            code, error = "error", _short(err)
+        failures += 1
+        on_error(code)
+        delay = min(backoff[1], backoff[0] * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
+        log.warning(
+            "cannot list MPIJobs yet, retrying",
+            extra={"code": code, "error": error, "failures": failures, "retry_in": round(delay, 2)},
+        )
+        if stop is not None:
+            stop.wait(delay)
+        else:
+            time.sleep(delay)
+    return False
+
+
+def _short(err: BaseException) -> str:
+    """The innermost reason of a transport error, without urllib3's nesting."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    reason = getattr(err, "reason", None)
+    return str(reason if reason is not None else err)
+
+
+class Controllers:
+    """One Controller per watched namespace (--namespace a,b): each namespace's informers, queue and
+    workers, so Roles in those namespaces are all the operator needs."""
+
+    def __init__(self, controllers: list[Controller]) -> None:
+        self.controllers = controllers
+
+    def start(self) -> bool:
+        return all(c.start() for c in self.controllers)
+
+    def stop(self, timeout: float = 30) -> bool:
+        """Every controller stops taking keys at once; their syncs in flight share ``timeout``."""
+        threads = [threading.Thread(target=c.stop, args=(timeout,), daemon=True) for c in self.controllers]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    def has_synced(self) -> bool:
+        return all(c.has_synced() for c in self.controllers)
+
+    def synced_version(self, key: str) -> str | None:
+        """The MPIJob resourceVersion the last finished sync of ``key`` (ns/name) acted on."""
+        return next((v for c in self.controllers if (v := c.synced_version(key)) is not None), None)
+
+
+def namespaces_of(flag: str) -> list[str]:
+    """The --namespace list; [""] (every namespace) when empty."""
+    return [n.strip() for n in flag.split(",") if n.strip()] or [""]
 
 
 def fatal(message: str) -> NoReturn:
@@ -93,7 +177,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(version_text())
         return 0
-    logs.setup(args.log_format, args.log_level)
+    try:
+        logs.setup(args.log_format, args.log_level, file=args.log_file_path, also_stderr=args.alsologtostderr)
+    except OSError as err:
+        logs.setup(args.log_format, args.log_level)
+        log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
+        return 1
+    try:
+        return run(args)
+    except StartupError as err:
+        log.critical(str(err), extra=err.fields)
+    except Exception as err:  # anything unforeseen: still one line, the traceback inside it
+        log.critical("the operator failed", extra={"error": _short(err)}, exc_info=True)
+    logging.shutdown()
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
     log.info(
         "starting",
         extra={
@@ -111,39 +211,76 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = api_client(args.kubeconfig, args.master)
+        lease_client = api_client(args.kubeconfig, args.master)
     except Exception as err:
-        log.critical("cannot build the Kubernetes client", extra={"error": str(err)})
-        return 1
-    kube = Kube(client, qps=args.kube_api_qps, burst=args.kube_api_burst, on_request=count)
-    # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
-    # must never starve the lease renewals of rate-limit tokens and lose the lease.
-    lease_kube = Kube(
-        api_client(args.kubeconfig, args.master),
+        raise StartupError("cannot build the Kubernetes client", error=_short(err)) from err
+    host = socket.gethostname()
+    identity = f"{host}_{uuid.uuid4()}"
+    # Every write of the controller's client passes the fence: none while we do not hold the Lease.
+    fence = Fence()
+    # The identity in the user agent ties each request in the API server's audit log to a Lease holder.
+    kube = Kube(
+        client,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
         on_request=count,
-        user_agent="mpi-operator/leader-election",
+        user_agent=f"mpi-operator ({identity})",
+        fence=fence,
     )
-    try:
-        check_crd(kube, args.namespace)
-    except ApiError as err:
-        log.critical("cannot reach the API server", extra={"error": str(err)})
-        return 1
-
-    host = socket.gethostname()
-    identity = f"{host}_{uuid.uuid4()}"
-    controller = Controller(
-        kube,
-        render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
-        metrics=metrics,
-        recorder=EventRecorder(kube, host=host),
-        namespace=args.namespace,
-        threadiness=args.threadiness,
-        queue_qps=args.controller_queue_rate_limit,
-        queue_burst=args.controller_queue_burst,
-        on_fatal=fatal,
+    # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
+    # must never starve the lease renewals of rate-limit tokens and lose the lease.
+    lease_kube = Kube(
+        lease_client,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        on_request=count,
+        user_agent=f"mpi-operator/leader-election ({identity})",
     )
     stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # No logging here: a handler that runs while the main thread writes a log line re-enters the
+        # stream (RuntimeError: reentrant call); a thread says it instead.
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    def say_shutting_down() -> None:
+        stop.wait()
+        log.info("shutting down", extra={"signal": received[0] if received else ""})
+
+    threading.Thread(target=say_shutting_down, name="signals", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def startup_error(code: str) -> None:
+        metrics.transient_errors.labels(source="startup", code=code).inc()
+
+    namespaces = namespaces_of(args.namespace)
+    if len(args.cluster_domain) > CLUSTER_DOMAIN_MAX:
+        # the worker limit of the CRD assumes at most this many characters in every hostfile line
+        raise StartupError("--cluster-domain is too long", max=CLUSTER_DOMAIN_MAX)
+    if not check_crd(kube, namespaces[0], on_error=startup_error, stop=stop):
+        log.info("stopped")
+        return 0
+
+    recorder = EventRecorder(kube, host=host)
+    controller = Controllers(
+        [
+            Controller(
+                kube,
+                render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
+                metrics=metrics,
+                recorder=recorder,
+                namespace=namespace,
+                threadiness=args.threadiness,
+                queue_qps=args.controller_queue_rate_limit,
+                queue_burst=args.controller_queue_burst,
+            )
+            for namespace in namespaces
+        ]
+    )
 
     def started() -> None:
         if not controller.start():
@@ -154,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         lease_kube,
         args.lock_namespace,
         identity,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        fence=fence,
         on_started=started,
         on_stopped=lambda: fatal("leader election lost"),
         on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
@@ -163,21 +304,18 @@ def main(argv: list[str] | None = None) -> int:
         return controller.has_synced() if elector.is_leader else True
 
     port = args.monitoring_port or DEFAULT_PORT
-    health = HealthServer(
-        args.bind_address,
-        port,
-        healthy=elector.healthy,
-        ready=ready,
-        metrics=metrics.exposition if args.monitoring_port else None,
-    )
+    try:
+        health = HealthServer(
+            args.bind_address,
+            port,
+            healthy=elector.healthy,
+            ready=ready,
+            metrics=metrics.exposition if args.monitoring_port else None,
+            synced=controller.synced_version if args.monitoring_port else None,
+        )
+    except OSError as err:
+        raise StartupError(f"cannot listen on {args.bind_address}:{port}", error=str(err)) from err
     health.start()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     elector.run(stop, before_release=controller.stop)
     health.stop()

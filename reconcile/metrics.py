@@ -1,6 +1,8 @@
 """Prometheus metrics on a registry of our own (nothing leaks in from other libraries' defaults).
 
 Upstream's names are kept so dashboards transfer; the queue, reconcile and API request series are ours.
+The standard process_* series (memory, CPU, file descriptors, start time) and python_* ones (GC,
+version) are there too, as every Prometheus client exports them (upstream's Go client: process_*, go_*).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -25,6 +30,9 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.jobs_created = Counter("mpi_operator_jobs_created", "MPIJobs created", registry=r)
         self.jobs_successful = Counter("mpi_operator_jobs_successful", "MPIJobs that succeeded", registry=r)
         self.jobs_failed = Counter("mpi_operator_jobs_failed", "MPIJobs that failed", registry=r)
@@ -45,10 +53,22 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
+        self.sync_errors = Counter(
+            "mpi_operator_sync_errors",
+            "Syncs of one MPIJob that ended in an error (and were retried), by reason",
+            ["reason"],
+            registry=r,
+        )
         self.api_requests = Counter(
             "mpi_operator_api_requests",
             "Requests to the Kubernetes API by verb, kind and HTTP status code",
             ["verb", "kind", "code"],
+            registry=r,
+        )
+        self.transient_errors = Counter(
+            "mpi_operator_transient_errors",
+            "Failed list/watch and start-up requests, retried with back-off, by source and HTTP code",
+            ["source", "code"],
             registry=r,
         )
         self._job_info_keys: dict[str, tuple[str, str]] = {}

@@ -82,7 +82,7 @@ class WorkQueue:
                     if left <= 0:
                         raise TimeoutError
                     wait = left if wait is None else min(wait, left)
-                self._cond.wait(wait)
+                self._cond.wait(None if wait is None else min(wait, threading.TIMEOUT_MAX))
 
     def done(self, key: Hashable) -> None:
         with self._cond:
@@ -96,9 +96,18 @@ class WorkQueue:
         with self._cond:
             return len(self._queue)
 
-    def shutdown(self) -> None:
+    def shutdown(self, *, drop: bool = False) -> None:
+        """No more adds. ``get`` hands out what is queued until it is empty, or, with ``drop``, nothing
+        more at all (a leader stepping down must not start another sync)."""
         with self._cond:
             self._shutting_down = True
+            if drop:
+                self._queue.clear()
+                self._dirty.clear()
+                self._waiting.clear()
+                self._ready_at.clear()
+                self._event_pending.clear()
+                self._depth_changed()
             self._cond.notify_all()
 
     @property

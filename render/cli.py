@@ -10,14 +10,15 @@ from typing import Any
 import yaml
 
 from render.api import Config, SSHKey
+from render.bounds import CLUSTER_DOMAIN_MAX
 from render.core import render
-from render.errors import FieldError, ValidationError
+from render.errors import FieldError, ValidationError, one_line
 from render.keys import generate_ssh_key, load_ssh_key
-from render.observed import Observed
-from render.parse import load_yaml
+from render.observed import Observed, check_objects
+from render.parse import MAX_DEPTH, quote, too_deep
 from render.status import status
 from render.timeutil import parse_time
-from render.yamlio import dump, dump_all, load_objects
+from render.yamlio import Loader, dump, dump_all, load_objects
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -61,33 +62,103 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with open(args.file, encoding="utf-8") as f:
                 text = f.read()
-        mpijob = with_cli_defaults(load_yaml(text))
+        mpijobs = [with_cli_defaults(obj) for obj in load_mpijobs(text)]
         objects: list[dict[str, Any]] = []
         if args.observed:
             with open(args.observed, encoding="utf-8") as f:
-                objects = load_objects(f.read())
+                text = f.read()
+            try:
+                objects = load_objects(text)
+            except (yaml.YAMLError, RecursionError) as exc:
+                raise ValidationError([FieldError("--observed", str(exc).replace("\n", " "))]) from None
+            deep = too_deep(objects)
+            if deep is None and (shape := check_objects(objects, "--observed")):
+                raise ValidationError(shape)
+            if deep is not None:
+                raise ValidationError(
+                    [FieldError(f"--observed{deep}", f"nested deeper than {MAX_DEPTH} levels")]
+                )
         now = datetime.now(UTC)
         if args.now:
             parsed = parse_time(args.now)
             if parsed is None:
-                raise ValidationError([FieldError("--now", f"Invalid value: {args.now!r}: must be RFC 3339")])
+                raise ValidationError(
+                    [FieldError("--now", f"Invalid value: {quote(args.now)}: must be RFC 3339")]
+                )
             now = parsed
         if args.ssh_key:
             with open(args.ssh_key, encoding="utf-8") as f:
                 key = load_ssh_key(f.read())
         else:
             key = generate_ssh_key()
+        if len(args.cluster_domain) > CLUSTER_DOMAIN_MAX:
+            raise ValidationError(
+                [
+                    FieldError(
+                        "--cluster-domain", f"Too long: must have at most {CLUSTER_DOMAIN_MAX} characters"
+                    )
+                ]
+            )
         config = Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
-        children, st = run(mpijob, objects, now, key, config)
+        children, statuses, errors = [], [], []
+        for mpijob in mpijobs:  # a stream renders every MPIJob in it; errors name the job when several
+            try:
+                kids, st = run(mpijob, objects, now, key, config)
+            except ValidationError as exc:
+                prefix = f"{_job_name(mpijob)}: " if len(mpijobs) > 1 else ""
+                errors += [prefix + line for line in exc.lines()]
+                continue
+            children += kids
+            statuses.append(st)
+        if errors:
+            for line in errors:
+                print(line, file=sys.stderr)
+            return 2
     except ValidationError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
         return 2
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    sys.stdout.write(dump(st) if args.status else dump_all(children))
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+        # unreadable files and key material: bad input like any other, on one line
+        print(one_line(f"error: {exc}"), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug of ours; still one line and the input-error code, never a traceback
+        print(one_line(f"error: internal: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return 2
+    if args.status:
+        sys.stdout.write(dump(statuses[0]) if len(statuses) == 1 else dump_all(statuses))
+    else:
+        sys.stdout.write(dump_all(children))
     return 0
+
+
+def load_mpijobs(text: str) -> list[object]:
+    """The MPIJobs of a file: one document, or a stream of several, a YAML list or a `kind: List`."""
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ValidationError([FieldError("<yaml>", str(exc).replace("\n", " "))]) from None
+    except RecursionError:
+        raise ValidationError([FieldError("<yaml>", f"nested deeper than {MAX_DEPTH} levels")]) from None
+    if len(docs) == 1 and not (isinstance(docs[0], list) or _is_list(docs[0])):
+        return docs
+    out: list[object] = []
+    for doc in docs:
+        out += doc if isinstance(doc, list) else doc["items"] if _is_list(doc) else [doc]
+    if not out:
+        raise ValidationError([FieldError("<yaml>", "no MPIJob in the input")])
+    return out
+
+
+def _is_list(doc: object) -> bool:
+    return isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list)
+
+
+def _job_name(obj: object) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict):
+        return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    return "?"
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def set_condition(
 ) -> list[dict[str, Any]]:
     """The new list. No change when status and reason are unchanged; lastTransitionTime is kept when only
     the reason changes; Running and Restarting replace each other; Succeeded or Failed turn Running and
-    Failed to False."""
+    Failed to False keeping their times, and Restarting to False."""
     current = find(conditions, ctype)
     if current is not None and current.get("status") == status and current.get("reason") == reason:
         return conditions
@@ -64,7 +64,34 @@ def set_condition(
         if t == ctype or (ctype in (RUNNING, RESTARTING) and t in (RUNNING, RESTARTING)):
             continue
         if ctype in (SUCCEEDED, FAILED) and t in (RUNNING, FAILED) and c.get("status") == TRUE:
-            c = {**c, "status": FALSE, "lastUpdateTime": now, "lastTransitionTime": now}
+            # Times kept, as upstream: Running's lastTransitionTime stays the moment the job started
+            # running, so finish minus it is the run time dashboards show.
+            c = {**c, "status": FALSE}
+        elif ctype in (SUCCEEDED, FAILED) and t == RESTARTING and c.get("status") == TRUE:
+            c = {
+                **c,
+                "status": FALSE,
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            }  # finished jobs never restart
         out.append(c)
     out.append(new)
     return out
+
+
+def current_state(conditions: list[dict[str, Any]]) -> str:
+    """The job's state: the finish, else Suspended, Restarting or Running when True, else Created."""
+    for ctype in (SUCCEEDED, FAILED, SUSPENDED, RESTARTING, RUNNING):
+        if is_true(conditions, ctype):
+            return ctype
+    return CREATED
+
+
+def state_last(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The list with the current state's condition last, so `.status.conditions[-1:].type` (the Kubeflow
+    printer-column convention) reads the state. Only the order changes; the list is keyed by type."""
+    state = current_state(conditions)
+    last = [c for c in conditions if c.get("type") == state]
+    if not last or conditions[-1] is last[0]:
+        return conditions
+    return [c for c in conditions if c.get("type") != state] + last

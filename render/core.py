@@ -58,7 +58,10 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     if config.gang_scheduling and active:
         out.append(podgroup(job, config, lambda pc: _priority(observed, pc)))
 
-    if active:
+    # A foreign object holds a wanted name before the job started: start nothing (and stop what an
+    # earlier sync created before it knew), so no worker is left running for a job that cannot run.
+    held = bool(v.conflicts) and v.launcher is None
+    if active and not held:
         # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
         wanted = [i for i in range(replicas) if not _failed(v.workers.get(i))]
         out += worker_pods(job, wanted, config)
@@ -82,7 +85,7 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
             # WaitForWorkersReady holds across suspend and resume (upstream #615).
             held = bool((live.get("spec") or {}).get("suspend")) and wait and not all_ready
             out.append(launcher_job(job, config, suspend=held))
-        elif not wait or all_ready:
+        elif (not wait or all_ready) and not held:
             out.append(launcher_job(job, config, suspend=False))
     return out
 

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import attrs
+
+
+def one_line(text: str) -> str:
+    """Control and line-separator characters escaped, so one error is one line wherever it is printed."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch == " " or unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 @attrs.frozen
@@ -13,7 +28,7 @@ class FieldError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        return one_line(f"{self.path}: {self.message}")
 
 
 class ValidationError(ValueError):

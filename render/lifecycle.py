@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
@@ -11,7 +11,7 @@ from render.api import MPIJob
 from render.errors import ValidationError
 from render.parse import parse_mpijob
 from render.status import deadline
-from render.timeutil import parse_time
+from render.timeutil import add_seconds, parse_time
 
 
 def _job(mpijob: Mapping[str, Any] | MPIJob) -> MPIJob | None:
@@ -26,7 +26,7 @@ def _ttl_moment(job: MPIJob, status: Mapping[str, Any]) -> datetime | None:
     if ttl is None or not cond.is_finished(cond.clean(status.get("conditions"))):
         return None
     done = parse_time(status.get("completionTime"))
-    return done + timedelta(seconds=ttl) if done is not None else None
+    return add_seconds(done, ttl) if done is not None else None
 
 
 def ttl_expired(mpijob: Mapping[str, Any] | MPIJob, status: Mapping[str, Any], now: datetime) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -108,3 +109,13 @@ def is_qualified_name(key: str) -> bool:
 def host_fqdn(host: str, job: str, namespace: str, cluster_domain: str) -> str:
     fqdn = f"{host}.{job}.{namespace}.svc"
     return f"{fqdn}.{cluster_domain}" if cluster_domain else fqdn
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")
+
+
+def path_key(key: object) -> str:
+    """A map key inside a field path: as is when plain, else JSON-quoted (no newline can forge a line)."""
+    if isinstance(key, str) and len(key) <= 253 and _PLAIN_KEY.match(key):
+        return key
+    return json.dumps(key if isinstance(key, str) else repr(key))[:300]

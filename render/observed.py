@@ -10,6 +10,7 @@ import attrs
 
 from render import names
 from render.api import SSHKey
+from render.errors import FieldError
 
 KIND_POD = "Pod"
 KIND_JOB = "Job"
@@ -26,12 +27,25 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 @attrs.frozen
+class CreateFailure:
+    """A child the API server refused to create in the last sync (the controller remembers it)."""
+
+    kind: str
+    name: str
+    code: str  # HTTP status code, "error" without an answer
+    message: str  # the server's message
+    permanent: bool = False  # Invalid: no retry can heal it
+    causes: tuple[tuple[str, str], ...] = ()  # (field of the child, message) from the server
+
+
+@attrs.frozen
 class Observed:
     """`now` is the only clock; `objects` are live children (and PriorityClasses); no I/O happens here."""
 
     now: datetime
     objects: tuple[dict[str, Any], ...] = ()
     fresh_ssh_key: SSHKey | None = None
+    create_failure: CreateFailure | None = None
     _by_name: dict[tuple[str, str], dict[str, Any]] = attrs.field(
         init=False, eq=False, repr=False, factory=dict
     )
@@ -45,15 +59,71 @@ class Observed:
 
     @classmethod
     def from_objects(
-        cls, objects: Iterable[Mapping[str, Any]], *, now: datetime, fresh_ssh_key: SSHKey | None = None
+        cls,
+        objects: Iterable[Mapping[str, Any]],
+        *,
+        now: datetime,
+        fresh_ssh_key: SSHKey | None = None,
+        create_failure: CreateFailure | None = None,
     ) -> Observed:
-        return cls(now=now, objects=tuple(dict(o) for o in objects), fresh_ssh_key=fresh_ssh_key)
+        return cls(
+            now=now,
+            objects=tuple(dict(o) for o in objects),
+            fresh_ssh_key=fresh_ssh_key,
+            create_failure=create_failure,
+        )
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         return self._by_name.get((kind, name))
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if isinstance(o, Mapping) and o.get("kind") == kind]
+
+
+# Where render reads objects in a live object: a dict is "an object, with these fields checked", a list
+# of one dict "an array of such objects".
+_TERMINATED: dict[str, Any] = {"terminated": {}}
+_SHAPE: dict[str, Any] = {
+    "metadata": {"labels": {}, "annotations": {}, "ownerReferences": [{}]},
+    "spec": {"template": {"metadata": {}}},
+    "status": {"conditions": [{}], "containerStatuses": [{"state": _TERMINATED, "lastState": _TERMINATED}]},
+    "data": {},
+}
+
+
+def _shape_errors(
+    value: Mapping[str, Any], shape: dict[str, Any], where: str, errors: list[FieldError]
+) -> None:
+    for key, inner in shape.items():
+        child = value.get(key)
+        if child is None:
+            continue
+        path = f"{where}.{key}"
+        if isinstance(inner, list):
+            if not isinstance(child, list):
+                errors.append(FieldError(path, "Invalid value: must be an array"))
+                continue
+            for j, entry in enumerate(child):
+                if isinstance(entry, Mapping):
+                    _shape_errors(entry, inner[0], f"{path}[{j}]", errors)
+                else:
+                    errors.append(FieldError(f"{path}[{j}]", "Invalid value: must be an object"))
+        elif isinstance(child, Mapping):
+            _shape_errors(child, inner, path, errors)
+        else:
+            errors.append(FieldError(path, "Invalid value: must be an object"))
+
+
+def check_objects(objects: Iterable[object], path: str = "") -> list[FieldError]:
+    """Shape errors of live objects from an untrusted source (the API server's are well formed): each
+    must be an object, and every field render reads as an object or an array of objects must be one."""
+    errors: list[FieldError] = []
+    for i, obj in enumerate(objects):
+        if isinstance(obj, Mapping):
+            _shape_errors(obj, _SHAPE, f"{path}[{i}]", errors)
+        else:
+            errors.append(FieldError(f"{path}[{i}]", "Invalid value: must be an object"))
+    return errors
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:

@@ -8,13 +8,16 @@ from typing import Any
 
 import yaml
 
-from render import names
+from render import bounds, names
 from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from render.errors import FieldError, ValidationError
 from render.yamlio import Loader
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+INT32_MAX = bounds.INT32_MAX
+INT64_MAX = bounds.INT64_MAX
+# Deeper input is no MPIJob (the pod template's schema is about 15 levels deep); checking first keeps
+# every recursive step after it (copies, JSON, YAML) far from Python's recursion limit.
+MAX_DEPTH = 64
 
 
 class Reader:
@@ -53,7 +56,10 @@ class Reader:
             return None
         return value
 
-    def int(self, obj: Mapping[str, Any], key: str, path: str, maximum: int = INT32_MAX) -> int | None:
+    def int(
+        self, obj: Mapping[str, Any], key: str, path: str, maximum: int = INT32_MAX, bits: int = 32
+    ) -> int | None:
+        """An integer of a `bits`-wide type whose meaning allows at most `maximum`."""
         value = obj.get(key)
         if value is None:
             return None
@@ -62,15 +68,38 @@ class Reader:
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(path, f"Invalid value: {_type_name(value)}: must be an integer")
             return None
-        if not -maximum - 1 <= value <= maximum:
-            self.error(path, f"Invalid value: {value}: must fit in {maximum.bit_length() + 1} bits")
+        if value < -(2 ** (bits - 1)):
+            self.error(path, f"Invalid value: {value}: must fit in {bits} bits")
+            return None
+        if value > maximum:
+            self.error(path, f"Invalid value: {value}: must be less than or equal to {maximum}")
             return None
         return value
 
 
 def quote(value: object) -> str:
-    """A value as Kubernetes quotes it in error messages."""
-    return json.dumps(value, default=str)
+    """A value as Kubernetes quotes it in error messages (control characters escaped: one line)."""
+    try:
+        return json.dumps(value, default=str)
+    except (ValueError, RecursionError):  # NaN is fine; only cycles and absurd nesting land here
+        return json.dumps(repr(value)[:200])
+
+
+def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
+    """The path of the first value nested deeper than `limit`, without recursion; None if none is."""
+    stack: list[tuple[object, str, int]] = [(obj, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > limit:
+            return (path[:120] + "...") if len(path) > 120 else path or "<root>"
+        if isinstance(value, Mapping):
+            stack += [
+                (v, f"{path}.{names.path_key(k)}" if path else names.path_key(k), depth + 1)
+                for k, v in value.items()
+            ]
+        elif isinstance(value, list | tuple):
+            stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    return None
 
 
 def _type_name(value: object) -> str:
@@ -92,6 +121,9 @@ def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:
     r = Reader()
     if not isinstance(obj, Mapping):
         return None, [FieldError("<root>", f"Invalid value: {_type_name(obj)}: must be an object")]
+    deep = too_deep(obj)
+    if deep is not None:
+        return None, [FieldError(deep, f"Invalid value: nested deeper than {MAX_DEPTH} levels")]
     api_version = obj.get("apiVersion")
     if api_version is not None and api_version != names.API_VERSION:
         r.error(
@@ -136,7 +168,7 @@ def _str_map(r: Reader, obj: Mapping[str, Any], key: str, path: str) -> dict[str
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            r.error(f"{path}[{k}]", f"Invalid value: {_type_name(v)}: must be a string")
+            r.error(f"{path}[{names.path_key(k)}]", f"Invalid value: {_type_name(v)}: must be a string")
             continue
         out[k] = v
     return out
@@ -148,7 +180,7 @@ def _read_spec(r: Reader, spec: Mapping[str, Any]) -> MPIJobSpec:
     if raw_specs is not None:
         specs = {}
         for rtype, raw in raw_specs.items():
-            path = f"spec.mpiReplicaSpecs[{rtype}]"
+            path = f"spec.mpiReplicaSpecs[{names.path_key(rtype)}]"
             if rtype not in (names.LAUNCHER, names.WORKER):
                 r.error(
                     path,
@@ -206,7 +238,9 @@ def _read_run_policy(r: Reader, rp: Mapping[str, Any]) -> RunPolicy:
     return RunPolicy(
         clean_pod_policy=r.str(rp, "cleanPodPolicy", f"{p}.cleanPodPolicy"),
         ttl_seconds_after_finished=r.int(rp, "ttlSecondsAfterFinished", f"{p}.ttlSecondsAfterFinished"),
-        active_deadline_seconds=r.int(rp, "activeDeadlineSeconds", f"{p}.activeDeadlineSeconds", INT64_MAX),
+        active_deadline_seconds=r.int(
+            rp, "activeDeadlineSeconds", f"{p}.activeDeadlineSeconds", bounds.MAX_DURATION_SECONDS, 64
+        ),
         backoff_limit=r.int(rp, "backoffLimit", f"{p}.backoffLimit"),
         scheduling_policy=sp,
         suspend=r.bool(rp, "suspend", f"{p}.suspend"),
@@ -220,6 +254,8 @@ def load_yaml(text: str) -> object:
         return yaml.load(text, Loader=Loader)
     except yaml.YAMLError as exc:
         raise ValidationError([FieldError("<yaml>", str(exc).replace("\n", " "))]) from None
+    except RecursionError:
+        raise ValidationError([FieldError("<yaml>", f"nested deeper than {MAX_DEPTH} levels")]) from None
 
 
 def parse_mpijob(obj: object) -> MPIJob:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -23,6 +24,8 @@ def parse(value: object) -> tuple[Fraction, bool]:
     if isinstance(value, int):
         return Fraction(value), False
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError("must be a finite number")
         return Fraction(str(value)), False
     if not isinstance(value, str):
         raise QuantityError("must be a string or a number")

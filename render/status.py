@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
+from render import childfields, names
 from render import conditions as cond
-from render import names
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
 from render.jsonutil import clone
 from render.observed import JobView, Observed, condition, condition_true, phase, view
-from render.parse import parse_mpijob
-from render.timeutil import format_time, parse_time
+from render.parse import parse_mpijob, too_deep
+from render.timeutil import add_seconds, format_time, parse_time
 
 MAX_MESSAGE = 1024
 
@@ -28,6 +27,7 @@ REASON_EVICTED = "MPIJobEvicted"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_VALIDATION = "ValidationError"
 REASON_EXISTS = "ErrResourceExists"
+REASON_FAILED_CREATE = "FailedCreate"
 
 
 def truncate(message: str) -> str:
@@ -54,6 +54,8 @@ def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     if not isinstance(mpijob, MPIJob) and not isinstance(mpijob, Mapping):
         parse_mpijob(mpijob)  # raises ValidationError
     old = mpijob.status if isinstance(mpijob, MPIJob) else raw.get("status")
+    if not isinstance(mpijob, MPIJob) and too_deep(old) is not None:
+        old = None  # not a status this operator wrote; parse_mpijob below reports where
     st: dict[str, Any] = clone(old) if isinstance(old, Mapping) else {}
     spec = raw.get("spec") if isinstance(raw, Mapping) else None
     run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
@@ -86,7 +88,7 @@ def _invalid(raw: Mapping[str, Any], st: dict[str, Any], exc: ValidationError, n
         )
     message = truncate("Found validation errors: " + "; ".join(exc.lines()))
     conds = cond.set_condition(conds, cond.FAILED, cond.TRUE, REASON_VALIDATION, message, now)
-    st["conditions"] = conds
+    st["conditions"] = cond.state_last(conds)
     st.setdefault("completionTime", now)
     return st
 
@@ -110,13 +112,20 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
             REASON_EXISTS,
             f'Resource "{name}" of Kind "{kind}" already exists and is not managed by MPIJob',
         )
+    elif observed.create_failure is not None and not observed.create_failure.permanent:
+        # transient (quota, conflicts, server errors): retried with back-off, shown until it clears
+        failure = observed.create_failure
+        message = f"{failure.kind} {failure.name} could not be created ({failure.code}): {failure.message}"
+        setc(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
     elif not cond.is_true(conds, cond.CREATED):
         setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
     st["replicaStatuses"] = replica_statuses(job, v, st.get("replicaStatuses"), cond.is_finished(conds))
 
     if cond.is_finished(conds):
-        st["conditions"] = conds
-        st.setdefault("completionTime", now)  # older writers may have left it unset (upstream #647)
+        # Older writers (upstream, earlier versions) may have left these behind.
+        conds = [c if not _restarting(c) else {**c, "status": cond.FALSE} for c in conds]
+        st["conditions"] = cond.state_last(conds)
+        st.setdefault("completionTime", now)  # upstream #647
         return st
 
     if job.suspended:
@@ -129,7 +138,18 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st.setdefault("startTime", now)
 
     launcher = v.launcher
-    if launcher is not None and condition_true(launcher, "Complete"):
+    refused = observed.create_failure
+    if refused is not None and refused.permanent and not job.suspended:
+        # Invalid from the API server: no retry heals it, and nothing is created after it
+        lines = childfields.describe(job.name, job.namespace, refused)
+        setc(
+            cond.FAILED,
+            cond.TRUE,
+            REASON_VALIDATION,
+            truncate("Found validation errors: " + "; ".join(lines)),
+        )
+        st.setdefault("completionTime", now)
+    elif launcher is not None and condition_true(launcher, "Complete"):
         setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
         completion = parse_time((launcher.get("status") or {}).get("completionTime"))
         st["completionTime"] = format_time(completion) if completion else now
@@ -162,8 +182,12 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st["replicaStatuses"][names.WORKER] = {}
         if isinstance(st["replicaStatuses"].get(names.LAUNCHER), dict):
             st["replicaStatuses"][names.LAUNCHER].pop("active", None)
-    st["conditions"] = conds
+    st["conditions"] = cond.state_last(conds)
     return st
+
+
+def _restarting(c: Mapping[str, Any]) -> bool:
+    return c.get("type") == cond.RESTARTING and c.get("status") == cond.TRUE
 
 
 def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> None:
@@ -183,7 +207,8 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
             REASON_RESTARTING,
             truncate(f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"),
         )
-    elif v.launcher is not None and failed_launchers and not running_launchers:
+    elif v.launcher is not None and failed_launchers and not running_launchers and _replaced(v.launcher_pods):
+        # Only once the Job made a new pod: a failed pod the Job does not retry is the job failing.
         pod = newest(failed_launchers)
         setc(
             cond.RESTARTING,
@@ -197,6 +222,12 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
             setc(cond.RUNNING, cond.TRUE, REASON_RUNNING, f"MPIJob {ns_name} is running.")
 
 
+def _replaced(pods: list[dict[str, Any]]) -> bool:
+    """A pod newer than the newest failed one is not Failed: the Job is retrying."""
+    latest = newest(pods)
+    return phase(latest) != "Failed"
+
+
 def deadline_passed(job: MPIJob, st: Mapping[str, Any], observed: Observed) -> bool:
     moment = deadline(job, st)
     return moment is not None and moment <= observed.now
@@ -207,7 +238,7 @@ def deadline(job: MPIJob, st: Mapping[str, Any]) -> Any:
     start = parse_time(st.get("startTime"))
     if ads is None or start is None:
         return None
-    return start + timedelta(seconds=ads)
+    return add_seconds(start, ads)
 
 
 def _pod_reason(pod: Mapping[str, Any]) -> str:
@@ -249,16 +280,18 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tuple[str, str]:
-    """The launcher Job's failure reason, with the newest failed launcher pod's reason rolled up."""
+    """The launcher Job's failure reason as the Job gives it (BackoffLimitExceeded, DeadlineExceeded, ...:
+    what alert rules match on); the newest failed launcher pod's reason, container and exit code go into
+    the message."""
     jc = condition(launcher, "Failed") or {}
     reason = str(jc.get("reason") or REASON_FAILED)
     message = str(jc.get("message") or f"MPIJob {job.namespace}/{job.name} has failed")
     failed = [p for p in v.launcher_pods if phase(p) == "Failed"]
     if failed:
         pod_reason, pod_message = pod_failure(newest(failed))
-        if pod_reason:
-            reason += "/" + pod_reason
         message += ": " + pod_message
+        if pod_reason and pod_reason not in pod_message:
+            message += f" ({pod_reason})"
     return reason, truncate(message)
 
 

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+# datetime's last moment: computed times saturate here instead of overflowing (a status may say 9999).
+END_OF_TIME = datetime.max.replace(tzinfo=UTC)
 
 
 def format_time(t: datetime) -> str:
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        t = t.astimezone(UTC)
+    except OverflowError:
+        t = END_OF_TIME if t.year > 1 else datetime.min.replace(tzinfo=UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_seconds(t: datetime, seconds: int) -> datetime:
+    """t + seconds, saturated at END_OF_TIME (and at datetime.min for negative seconds)."""
+    try:
+        return t + timedelta(seconds=seconds)
+    except OverflowError:
+        return END_OF_TIME if seconds > 0 else datetime.min.replace(tzinfo=UTC)
 
 
 def parse_time(value: object) -> datetime | None:
@@ -19,6 +34,7 @@ def parse_time(value: object) -> datetime | None:
         return None
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # in UTC, so any two compare and print; an offset that leaves datetime's range is unreadable
+        return t.astimezone(UTC) if t.tzinfo else t.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from render import names, quantity
+from render import bounds, names, quantity
 from render.api import MPIJob, ReplicaSpec
 from render.errors import FieldError
+from render.names import path_key
+from render.parse import quote
 
 RESTART_POLICIES = ("Never", "OnFailure")
 CLEAN_POD_POLICIES = ("All", "None", "Running")
@@ -19,9 +20,12 @@ MAX_DNS_SEARCHES = 32
 
 
 def _unsupported(value: object, allowed: tuple[str, ...]) -> str:
-    return f"Unsupported value: {json.dumps(value)}: supported values: " + ", ".join(
-        f'"{a}"' for a in allowed
-    )
+    return f"Unsupported value: {quote(value)}: supported values: " + ", ".join(f'"{a}"' for a in allowed)
+
+
+def too_many_workers(replicas: int, name_len: int) -> str:
+    """The message for a worker count above bounds.max_workers (the CRD's rule says the same)."""
+    return f"Invalid value: {replicas}: {bounds.worker_limit_message(name_len)}"
 
 
 def validate(job: MPIJob) -> list[FieldError]:
@@ -119,7 +123,7 @@ def _validate_metadata(job: MPIJob, errs: list[FieldError]) -> None:
             errs.append(
                 FieldError(
                     "metadata.name",
-                    f'Invalid value: "{job.name}": must be a DNS-1035 label (lower case alphanumerics '
+                    f"Invalid value: {quote(job.name)}: must be a DNS-1035 label (lower case alphanumerics "
                     "or '-', starting with a letter, ending with an alphanumeric)",
                 )
             )
@@ -127,15 +131,17 @@ def _validate_metadata(job: MPIJob, errs: list[FieldError]) -> None:
             errs.append(
                 FieldError(
                     "metadata.name",
-                    f'Invalid value: "{job.name}": will not able to create pod and service with invalid '
-                    f'DNS label "{longest}": must be no more than 63 characters',
+                    f"Invalid value: {quote(job.name)}: will not able to create pod and service with invalid "
+                    f"DNS label {quote(longest)}: must be no more than 63 characters",
                 )
             )
     if not job.namespace:
         errs.append(FieldError("metadata.namespace", "Required value"))
     elif not names.is_dns1123_label(job.namespace):
         errs.append(
-            FieldError("metadata.namespace", f'Invalid value: "{job.namespace}": must be a DNS-1123 label')
+            FieldError(
+                "metadata.namespace", f"Invalid value: {quote(job.namespace)}: must be a DNS-1123 label"
+            )
         )
 
 
@@ -151,6 +157,14 @@ def _validate_replica(job: MPIJob, rtype: str, spec: ReplicaSpec, errs: list[Fie
                 f"{base}.replicas", f"Invalid value: {spec.replicas}: must be greater than or equal to 1"
             )
         )
+    elif (
+        rtype == names.WORKER
+        and job.name
+        and spec.replicas > bounds.max_workers(len(job.name))
+        # a worker name beyond 63 characters is metadata.name's error already
+        and len(names.worker_name(job.name, spec.replicas - 1)) <= bounds.DNS_LABEL_MAX
+    ):
+        errs.append(FieldError(f"{base}.replicas", too_many_workers(spec.replicas, len(job.name))))
     if spec.restart_policy not in RESTART_POLICIES:
         errs.append(FieldError(f"{base}.restartPolicy", _unsupported(spec.restart_policy, RESTART_POLICIES)))
     _validate_template(job, rtype, spec.template, f"{base}.template", errs)
@@ -205,7 +219,7 @@ def _validate_template(
                     errs.append(
                         FieldError(
                             f"{path}.volumes[{i}].name",
-                            f'Duplicate value: "{v["name"]}": reserved by the operator',
+                            f"Duplicate value: {quote(v['name'])}: reserved by the operator",
                         )
                     )
     for key, kind in (
@@ -249,11 +263,13 @@ def _validate_string_map(value: object, path: str, errs: list[FieldError], *, la
         return
     for k, v in value.items():
         if not isinstance(k, str) or not names.is_qualified_name(k):
-            errs.append(FieldError(f"{path}[{k}]", "Invalid value: must be a valid label key"))
+            errs.append(
+                FieldError(f"{path}[{path_key(k)}]", f"Invalid value: {quote(k)}: must be a valid label key")
+            )
         elif not isinstance(v, str):
             errs.append(FieldError(f"{path}[{k}]", "Invalid value: must be a string"))
         elif labels and not names.is_label_value(v):
-            errs.append(FieldError(f"{path}[{k}]", f'Invalid value: "{v}": must be a valid label value'))
+            errs.append(FieldError(f"{path}[{k}]", f"Invalid value: {quote(v)}: must be a valid label value"))
 
 
 def _validate_container(c: object, path: str, errs: list[FieldError]) -> None:
@@ -264,7 +280,7 @@ def _validate_container(c: object, path: str, errs: list[FieldError]) -> None:
     if not isinstance(name, str) or not name:
         errs.append(FieldError(f"{path}.name", "Required value"))
     elif not names.is_dns1123_label(name):
-        errs.append(FieldError(f"{path}.name", f'Invalid value: "{name}": must be a DNS-1123 label'))
+        errs.append(FieldError(f"{path}.name", f"Invalid value: {quote(name)}: must be a DNS-1123 label"))
     for key in ("command", "args"):
         value = c.get(key)
         if value is not None and (not isinstance(value, list) or not all(isinstance(s, str) for s in value)):
@@ -297,10 +313,10 @@ def _validate_resource_list(value: object, path: str, errs: list[FieldError]) ->
         return
     for k, v in value.items():
         if not isinstance(k, str) or not k:
-            errs.append(FieldError(f"{path}[{k}]", "Invalid value: must be a resource name"))
+            errs.append(FieldError(f"{path}[{path_key(k)}]", "Invalid value: must be a resource name"))
         elif not quantity.is_valid(v):
             errs.append(
-                FieldError(f"{path}[{k}]", f"Invalid value: {json.dumps(v, default=str)}: must be a quantity")
+                FieldError(f"{path}[{path_key(k)}]", f"Invalid value: {quote(v)}: must be a quantity")
             )
 
 
@@ -323,6 +339,6 @@ def _validate_main_container(
             errs.append(
                 FieldError(
                     f"{path}.volumeMounts[{i}].mountPath",
-                    f'Invalid value: "{mount_path}": must be unique (the operator mounts there)',
+                    f"Invalid value: {quote(mount_path)}: must be unique (the operator mounts there)",
                 )
             )

@@ -1,14 +1,18 @@
-"""Hypothesis strategies shared by the test suites: valid MPIJobs and observed cluster states."""
+"""Every hypothesis strategy of the test suites: valid MPIJobs and observed cluster states, render's
+scenarios and junk, generic objects for the differ, live objects with managedFields for apply bodies."""
 
 from __future__ import annotations
 
 import base64
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
-from render import Config, SSHKey
+from reconcile.engine.semantics import is_zero
+from render import Config, Observed, SSHKey
+from render import status as render_status
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 JOB_UID = "0d1f7c3a-1111-4222-8333-444455556666"
@@ -425,3 +429,319 @@ def apply_cases(draw: st.DrawFn) -> dict[str, Any]:
     ]
     desired = _object(draw, api_version, kind)
     return {"live": live, "desired": desired, "policy": kind_policy, "applied": applied}
+
+
+# -- render: scenarios, mutations and junk -------------------------------------------------------------
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], Observed, Config]:
+    """A job with an old status (from an earlier observation), the observed world now, and a config."""
+    job = draw(mpijobs())
+    config = draw(configs)
+    earlier = Observed.from_objects(draw(observed_objects(job)), now=NOW, fresh_ssh_key=TEST_KEY)
+    job["status"] = render_status(job, earlier, config)
+    if draw(st.booleans()):  # the user may flip suspend between observations
+        job["spec"].setdefault("runPolicy", {})["suspend"] = draw(st.booleans())
+    observed = Observed.from_objects(
+        draw(observed_objects(job)),
+        now=draw(times()),
+        fresh_ssh_key=draw(st.sampled_from([TEST_KEY, None])),
+    )
+    return job, observed, config
+
+
+MUTATIONS = st.sampled_from(
+    [
+        ("spec", "slotsPerWorker"),
+        ("spec", "runPolicy"),
+        ("spec", "mpiReplicaSpecs"),
+        ("spec", "mpiImplementation"),
+        ("spec", "launcherCreationPolicy"),
+        ("spec", "sshAuthMountPath"),
+        ("spec", "runLauncherAsWorker"),
+        ("spec",),
+        ("metadata", "name"),
+        ("metadata",),
+        ("spec", "mpiReplicaSpecs", "Launcher"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "env"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "command"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "resources"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "dnsConfig"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "volumes"),
+        ("spec", "mpiReplicaSpecs", "Launcher", "template", "metadata"),
+        ("spec", "mpiReplicaSpecs", "Worker", "replicas"),
+        ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0, "volumeMounts"),
+        ("spec", "runPolicy", "schedulingPolicy"),
+        ("spec", "runPolicy", "backoffLimit"),
+        ("spec", "runPolicy", "cleanPodPolicy"),
+    ]
+)
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=70),
+    st.lists(
+        st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=3), st.integers())),
+        max_size=3,
+    ),
+    st.dictionaries(
+        st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=3
+    ),
+)
+
+
+# -- the differ on generic objects --------------------------------------------------------------------
+
+GENERIC_OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
+KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
+NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+SCALARS = st.one_of(
+    st.text(max_size=8),
+    st.integers(-5, 10**6),
+    st.booleans(),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+)
+# Equivalent quantity spellings: (rendered, as the server stores it).
+QUANTITIES = st.integers(0, 64_000).flatmap(
+    lambda m: st.sampled_from(
+        [(f"{m}m", f"{m // 1000}" if m % 1000 == 0 else f"{m}m")]
+        + ([(m // 1000, f"{m // 1000}"), (f"{m // 1000}", f"{m // 1000}")] if m % 1000 == 0 else [])
+        + ([(m / 1000, f"{m}m")] if m % 1000 else [])
+    )
+)
+
+TREE = st.recursive(
+    SCALARS | st.lists(st.text(max_size=4), max_size=3),
+    lambda inner: st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def stored_containers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Containers as rendered and as the server would store them (quantities canonicalised)."""
+    names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
+    want, live = [], []
+    for name in names:
+        env_names = draw(st.lists(NAMES, max_size=3, unique=True))
+        env = [{"name": n, "value": draw(st.text(max_size=5))} for n in env_names]
+        cpu, cpu_live = draw(QUANTITIES)
+        ports = draw(st.lists(st.integers(1, 65535), max_size=2, unique=True))
+        want.append(
+            {
+                "name": name,
+                "image": draw(NAMES),
+                "env": env,
+                "ports": [{"containerPort": p} for p in ports],
+                "resources": {"limits": {"cpu": cpu}},
+            }
+        )
+        live.append(
+            {
+                "name": name,
+                "image": want[-1]["image"],
+                "env": copy.deepcopy(env),
+                "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports],
+                "resources": {"limits": {"cpu": cpu_live}},
+            }
+        )
+    return want, live
+
+
+@st.composite
+def rendered_and_stored(draw: st.DrawFn, kind: str = "Thing") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generic owned object and the same object as the API server returns it (before defaulting)."""
+    spec = draw(st.dictionaries(KEYS, TREE, max_size=4))
+    want_containers, live_containers = draw(stored_containers())
+    labels = draw(st.dictionaries(NAMES, NAMES, max_size=3))
+    meta = {
+        "name": draw(NAMES),
+        "namespace": "ns",
+        "labels": labels,
+        "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": "Owner", "name": "o", "uid": GENERIC_OWNER, "controller": True}
+        ],
+    }
+    api_version = "v1" if kind == "Pod" else "example.com/v1"
+    want = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {**spec, "containers": want_containers},
+    }
+    live = copy.deepcopy(want)
+    live["spec"]["containers"] = live_containers
+    live["metadata"].update(uid="live-uid", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z")
+    return want, live
+
+
+def drop_zero_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: drop_zero_values(v) for k, v in value.items() if not is_zero(v)}
+    if isinstance(value, list):
+        return [drop_zero_values(v) for v in value]
+    return value
+
+
+def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """Extra fields in any map, list-map items reordered and added, zero values dropped, status added."""
+
+    def walk(node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v, (*path, k)) for k, v in node.items()}
+            if data.draw(st.booleans(), label=f"extra at {path}"):
+                out["zzDefaulted"] = data.draw(SCALARS | TREE)
+            return out
+        if isinstance(node, list) and path[-1:] in (("containers",), ("env",)):
+            items = [walk(v, path) for v in node]
+            if path[-1] == "env" and data.draw(st.booleans()):
+                items.append({"name": "INJECTED-BY-WEBHOOK", "value": "1"})
+            return data.draw(st.permutations(items), label=f"order of {path}")
+        return node
+
+    out = walk(drop_zero_values(live), ())
+    out["status"] = {"phase": "Running"}
+    return out
+
+
+# ------------------------------------------------------------------------------- hostile input (fuzz)
+def _deep(depth: int, leaf: Any) -> Any:
+    out = leaf
+    for i in range(depth):
+        out = {"a": out} if i % 2 else [out]
+    return out
+
+
+# Values no field wants: wrong types, numbers beyond every bound, non-finite floats, forged lines,
+# nesting beyond any schema.
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([2**31 - 1, 2**31, 2**63, -(2**63) - 1, 300000000000, 9223372036, 9223372037]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        ["a\nb: c", "\u2028", "\x00", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-05:00", "1e400"]
+    ),
+    st.sampled_from(["NaN", "Infinity", "-1", "70000", "A=B", "1Ei", "0.5m"]),
+    st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=3),
+    st.dictionaries(
+        st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=4), st.none()), max_size=3
+    ),
+    st.integers(60, 600).map(lambda d: _deep(d, 1)),
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON-like tree (dict keys and list indexes), the root's children first."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out.append((*prefix, i))
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, obj: Any, max_mutations: int = 3) -> Any:
+    """`obj` with up to `max_mutations` changes at any level: a value replaced by junk, a key removed, or
+    a key added (known field names too, so unknown and known fields both get junk)."""
+    import copy
+
+    obj = copy.deepcopy(obj)
+    for _ in range(draw(st.integers(1, max_mutations))):
+        paths = _paths(obj)
+        if not paths:
+            return draw(junk)
+        path = draw(st.sampled_from(paths))
+        parent = obj
+        for step in path[:-1]:
+            parent = parent[step]
+        op = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if op == "replace":
+            parent[path[-1]] = draw(junk)
+        elif op == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif op == "add" and isinstance(parent[path[-1]], dict):
+            key = draw(st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=8)))
+            parent[path[-1]][key] = draw(junk)
+    return obj
+
+
+FIELD_NAMES = [
+    "replicas", "slotsPerWorker", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "backoffLimit",
+    "minAvailable", "scheduleTimeoutSeconds", "minResources", "resources", "limits", "requests", "cpu",
+    "containers", "initContainers", "volumes", "volumeMounts", "env", "ports", "labels", "annotations",
+    "name", "namespace", "uid", "metadata", "spec", "status", "conditions", "startTime", "completionTime",
+    "template", "Launcher", "Worker", "runPolicy", "schedulingPolicy", "dnsConfig", "searches", "suspend",
+]  # fmt: skip
+
+
+@st.composite
+def hostile_statuses(draw: st.DrawFn) -> dict[str, Any]:
+    """A status as anyone with write access to it could leave it: far-away times, junk conditions."""
+    moment = st.sampled_from(
+        [
+            "2025-06-01T11:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "0001-01-01T00:00:00Z",
+            "bad",
+            "9999-12-31T23:59:59-05:00",
+        ]
+    )
+    st_: dict[str, Any] = {}
+    if draw(st.booleans()):
+        st_["startTime"] = draw(moment)
+    if draw(st.booleans()):
+        st_["completionTime"] = draw(moment)
+    ctypes = st.sampled_from(["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "X"])
+    st_["conditions"] = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"type": ctypes, "status": st.sampled_from(["True", "False", "Unknown"])},
+                optional={"reason": st.text(max_size=5), "lastTransitionTime": moment},
+            ),
+            max_size=4,
+        )
+    )
+    return st_
+
+
+@st.composite
+def fuzz_cases(draw: st.DrawFn) -> tuple[Any, list[Any]]:
+    """(MPIJob, observed objects): valid, valid with a hostile status or large numbers, or mutated at any
+    level (the job, its status, or the observed objects)."""
+    job = draw(mpijobs())
+    observed = draw(observed_objects(job))
+    kind = draw(st.sampled_from(["valid", "status", "bounds", "job", "job", "job", "observed"]))
+    if kind == "status":
+        job["status"] = draw(hostile_statuses())
+        job["spec"].setdefault("runPolicy", {})["activeDeadlineSeconds"] = draw(
+            st.sampled_from([0, 10, 9223372036])
+        )
+        job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = draw(st.sampled_from([0, 100, 2**31 - 1]))
+    elif kind == "bounds":
+        worker = job["spec"]["mpiReplicaSpecs"].get("Worker")
+        if worker is not None:
+            worker["replicas"] = draw(st.sampled_from([100, 2965, 3300, 30000, 2**31 - 1]))
+        job["metadata"]["name"] = draw(st.sampled_from(["abcdefghij", "a" * 45, "a" * 54, "a" * 60]))
+    elif kind == "job":
+        job = draw(mutated(job))
+    elif kind == "observed":
+        observed = draw(mutated(observed)) if observed else draw(junk)
+        if not isinstance(observed, list):
+            observed = [observed]
+    return job, observed

@@ -157,3 +157,26 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
         if ref.get("controller"):
             return str(ref["uid"])
     return None
+
+
+NUDGE = "test.mpijob.dev/nudge"
+
+
+def processed_after_nudge(
+    kube: Any, op: OperatorRunner, namespace: str, name: str, timeout: float = 30
+) -> None:
+    """Timing-free "nothing happened": give the MPIJob a later event (an annotation nobody reads) and wait
+    until the operator has finished a sync of that version or a newer one (``/debug/synced``). Whatever
+    the operator would do about the earlier state, it has done by then; no sleeping."""
+    from reconcile.kube import MPIJOB
+
+    patched = kube.patch(MPIJOB, namespace, name, {"metadata": {"annotations": {NUDGE: str(time.time_ns())}}})
+    wanted = int(patched["metadata"]["resourceVersion"])
+
+    def synced() -> bool:
+        code, body = op.http(f"/debug/synced?key={namespace}/{name}")
+        return code == 200 and int(body.strip() or 0) >= wanted
+
+    wait_for(
+        synced, f"the operator to process MPIJob {namespace}/{name} at resourceVersion {wanted}", timeout
+    )

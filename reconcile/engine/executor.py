@@ -31,7 +31,7 @@ import json
 import logging
 import weakref
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -86,6 +86,19 @@ class Failure:
     verb: Verb
     code: str
     message: str
+    permanent: bool = False  # the caller's CreateRules say a retry cannot heal it
+    causes: tuple[tuple[str, str], ...] = ()  # (field, message) from an Invalid answer
+
+
+@attrs.frozen
+class CreateRules:
+    """How the plan's creates depend on each other, as data from the caller (which kinds they are and
+    what their failures mean is the caller's knowledge, not the engine's)."""
+
+    permanent_codes: frozenset[int] = frozenset()  # HTTP codes of create failures no retry heals
+    last_kinds: frozenset[str] = frozenset()  # created only once every other create of the plan succeeded
+    stop_on_failure: bool = False  # a create that did not succeed stops the plan's later creates
+    none_while_conflicts: bool = False  # no create at all while a wanted name is held by someone else
 
 
 @attrs.frozen
@@ -96,6 +109,11 @@ class ExecResult:
     events: tuple[EventData, ...] = ()
     retry: bool = False  # conflict or transient error: requeue with backoff
     replan: bool = False  # the plan met a world other than the one it was made for
+    skipped: tuple[ObjectKey, ...] = ()  # creates not sent, by the CreateRules
+
+    @property
+    def permanent_failures(self) -> tuple[Failure, ...]:
+        return tuple(f for f in self.failures if f.permanent)
 
     @property
     def ok(self) -> bool:
@@ -118,12 +136,6 @@ def _dynamic(client: ApiClient | DynamicClient) -> DynamicClient:
     return dyn
 
 
-def warm_up(client: ApiClient) -> None:
-    """Run API discovery now (dozens of requests under the client's rate limit, seconds at the default
-    QPS) so the first plan executed does not pay for it."""
-    _dynamic(client)
-
-
 def execute(
     plan: Plan,
     client: ApiClient | DynamicClient,
@@ -131,8 +143,13 @@ def execute(
     *,
     dry_run: bool = False,
     owner_description: str = "its owner",
+    create_rules: CreateRules = CreateRules(),
+    on_done: Callable[[Outcome], None] | None = None,
 ) -> ExecResult:
-    """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others."""
+    """Run ``plan``: deletes, then creates, then patches; one failure does not stop the others, except
+    among creates as ``create_rules`` say. ``on_done`` takes each outcome with the server's answer as it
+    comes (e.g. into the caller's cache); the result then keeps outcomes without it, so a plan of
+    thousands of objects does not hold thousands of answers at once."""
     if not plan.writes and not plan.conflicts:
         return ExecResult()
     try:
@@ -147,18 +164,38 @@ def execute(
             ),
             retry=True,
         )
-    run = _Run(dyn, field_manager, "All" if dry_run else None)
+    run = _Run(dyn, field_manager, "All" if dry_run else None, create_rules.permanent_codes, on_done)
     for delete in plan.deletes:
         run.delete(delete)
-    for create in plan.creates:
-        run.create(create)
+    _creates(run, plan, create_rules)
     for patch in plan.patches:
         run.apply(patch)
     for conflict in plan.conflicts:
         run.conflict(conflict, owner_description)
     return ExecResult(
-        tuple(run.done), tuple(run.failures), tuple(run.requests), tuple(run.events), run.retry, run.replan
+        tuple(run.done),
+        tuple(run.failures),
+        tuple(run.requests),
+        tuple(run.events),
+        run.retry,
+        run.replan,
+        tuple(run.skipped),
     )
+
+
+def _creates(run: _Run, plan: Plan, rules: CreateRules) -> None:
+    blocked = rules.none_while_conflicts and bool(plan.conflicts)
+    failed = False
+    for create in plan.creates:
+        last = create.key.kind in rules.last_kinds
+        if blocked or (failed and (rules.stop_on_failure or last)) or (last and run.skipped):
+            run.skipped.append(create.key)
+            continue
+        before = len(run.done)
+        run.create(create)
+        failed = failed or len(run.done) == before
+    if run.skipped:
+        log.info("%d creates held back: %s", len(run.skipped), ", ".join(map(str, run.skipped[:5])))
 
 
 def _status(exc: BaseException) -> int | None:
@@ -200,8 +237,18 @@ def _retryable(status: int | None) -> bool:
 
 
 class _Run:
-    def __init__(self, dyn: DynamicClient, field_manager: str, dry_run: str | None) -> None:
+    def __init__(
+        self,
+        dyn: DynamicClient,
+        field_manager: str,
+        dry_run: str | None,
+        permanent_codes: frozenset[int] = frozenset(),
+        on_done: Callable[[Outcome], None] | None = None,
+    ) -> None:
         self.dyn = dyn
+        self.on_done = on_done
+        self.permanent_codes = permanent_codes
+        self.skipped: list[ObjectKey] = []
         self.field_manager = field_manager
         self.dry_run = dry_run
         self.done: list[Outcome] = []
@@ -230,8 +277,24 @@ class _Run:
         self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
         return (answer.to_dict() if hasattr(answer, "to_dict") else answer), None
 
-    def _fail(self, key: ObjectKey, verb: Verb, code: str, message: str, *, retry: bool) -> None:
-        self.failures.append(Failure(key, verb, code, message))
+    def _finish(self, outcome: Outcome) -> None:
+        if self.on_done is not None and outcome.object is not None:
+            self.on_done(outcome)
+            outcome = Outcome(outcome.key, outcome.result)
+        self.done.append(outcome)
+
+    def _fail(
+        self,
+        key: ObjectKey,
+        verb: Verb,
+        code: str,
+        message: str,
+        *,
+        retry: bool,
+        permanent: bool = False,
+        causes: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.failures.append(Failure(key, verb, code, message, permanent, causes))
         self.retry = self.retry or retry
         reason = {"create": "FailedCreate", "delete": "FailedDelete"}.get(verb, "FailedUpdate")
         self.events.append(EventData(WARNING, reason, f"{verb} {key}: {message}", str(key)))
@@ -240,7 +303,15 @@ class _Run:
     def _error(self, key: ObjectKey, verb: Verb, exc: BaseException) -> None:
         status = _status(exc)
         code = str(status) if status is not None else "error"
-        self._fail(key, verb, code, _message(exc), retry=_retryable(status))
+        permanent = verb == "create" and status in self.permanent_codes
+        causes = tuple(
+            (str(c.get("field", "")), str(c.get("message", "")))
+            for c in _causes(exc)
+            if isinstance(c, Mapping)
+        )
+        self._fail(
+            key, verb, code, _message(exc), retry=_retryable(status), permanent=permanent, causes=causes
+        )
 
     def create(self, entry: Create) -> None:
         res = self._resource(entry.api_version, entry.key, "create")
@@ -257,7 +328,7 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "created", answer))
+            self._finish(Outcome(entry.key, "created", answer))
             self.events.append(EventData(NORMAL, "SuccessfulCreate", f"Created {entry.key}", str(entry.key)))
         elif _status(exc) == 409 and _reason(exc) == "AlreadyExists":
             # Our cache missed it (or someone else took the name): plan again from fresh data.
@@ -287,7 +358,7 @@ class _Run:
                 self._removal_failed(entry, exc)
                 return
             if entry.body is None:
-                self.done.append(Outcome(entry.key, "configured", answer))
+                self._finish(Outcome(entry.key, "configured", answer))
                 return
         answer, exc = self._call(
             "apply",
@@ -302,7 +373,7 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "configured", answer))
+            self._finish(Outcome(entry.key, "configured", answer))
         elif _status(exc) == 404:
             self.replan = True  # gone since we looked: the next plan creates it
         else:
@@ -340,10 +411,10 @@ class _Run:
             dry_run=self.dry_run,
         )
         if exc is None:
-            self.done.append(Outcome(entry.key, "deleted", answer))
+            self._finish(Outcome(entry.key, "deleted", answer))
             self.events.append(EventData(NORMAL, "SuccessfulDelete", f"Deleted {entry.key}", str(entry.key)))
         elif _status(exc) == 404:
-            self.done.append(Outcome(entry.key, "gone"))
+            self._finish(Outcome(entry.key, "gone"))
         else:
             # 409 here is a failed UID precondition: a successor took the name; retry re-plans it.
             self._error(entry.key, "delete", exc)

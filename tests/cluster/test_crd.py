@@ -110,6 +110,7 @@ def test_crd_installs_cleanly_and_becomes_established(crd_install, api_client):
     assert conditions["Established"] == "True"
     assert conditions["NamesAccepted"] == "True"
     assert crd.status.accepted_names.short_names == ["mpij"]
+    assert not crd.status.accepted_names.categories  # `kubectl delete all --all` must leave MPIJobs alone
 
 
 # ---------------------------------------------------------------------------------------- admission
@@ -170,7 +171,10 @@ W = "spec.mpiReplicaSpecs.Worker"
 VALID = {
     "launcher only, as a worker": [_set(W, DELETE), _set("spec.runLauncherAsWorker", True)],
     "54-character name, 10 workers": [_set("metadata.name", "a" * 54), _set(f"{W}.replicas", 10)],
-    "45-character name, 2**31-1 workers": [_set("metadata.name", "a" * 45), _set(f"{W}.replicas", 2**31 - 1)],
+    "45-character name, 2124 workers (its limit)": [
+        _set("metadata.name", "a" * 45),
+        _set(f"{W}.replicas", 2124),
+    ],
     "every enum's other values": [
         _set("spec.mpiImplementation", "MPICH"),
         _set("spec.launcherCreationPolicy", "WaitForWorkersReady"),
@@ -376,7 +380,8 @@ def test_kubectl_get_shows_state_workers_active_and_age(crd_install, mpijobs, na
     out = kubectl(cluster, "get", "mpij", "-n", namespace, "--no-headers=false").stdout.splitlines()
     assert out[0].split() == ["NAME", "STATE", "WORKERS", "ACTIVE", "AGE"]
     assert out[1].split()[:4] == ["cols", "Running", "3", "2"]
-    assert "mpijob.kubeflow.org/cols" in kubectl(cluster, "get", "all", "-n", namespace).stdout
+    # Not in the `all` category: `kubectl delete all --all` must not take MPIJobs with it.
+    assert "mpijob" not in kubectl(cluster, "get", "all", "-n", namespace).stdout
 
 
 # ---------------------------------------------------------------------------------- explain/OpenAPI
@@ -464,7 +469,7 @@ OPERATOR_CAN = [
     ("list", "mpijobs", "", "", GROUP),
     ("watch", "mpijobs", "", "", GROUP),
     ("delete", "mpijobs", "team-a", "job", GROUP),
-    ("patch", "mpijobs/status", "team-a", "job", GROUP),
+    ("update", "mpijobs/status", "team-a", "job", GROUP),
     ("update", "mpijobs/finalizers", "team-a", "job", GROUP),
     ("create", "pods", "team-a", "", ""),
     ("delete", "pods", "team-a", "job-worker-0", ""),
@@ -472,13 +477,12 @@ OPERATOR_CAN = [
     ("create", "jobs", "team-a", "", "batch"),
     ("patch", "jobs/status", "team-a", "job-launcher", "batch"),
     ("create", "events", "team-a", "", ""),
-    ("create", "events", "team-a", "", "events.k8s.io"),
     ("create", "podgroups", "team-a", "", "scheduling.volcano.sh"),
     ("watch", "podgroups", "", "", "scheduling.x-k8s.io"),
     ("list", "priorityclasses", "", "", "scheduling.k8s.io"),
-    ("get", "customresourcedefinitions", "", CRD_NAME, "apiextensions.k8s.io"),
     ("create", "leases", OPERATOR_NS, "", "coordination.k8s.io"),
     ("update", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
+    ("watch", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
 ]
 OPERATOR_CANNOT = [
     ("create", "pods/exec", "team-a", "job-worker-0", ""),
@@ -487,7 +491,10 @@ OPERATOR_CANNOT = [
     ("update", "pods", "team-a", "job-worker-0", ""),
     ("get", "endpoints", "team-a", "", ""),
     ("list", "nodes", "", "", ""),
-    ("get", "customresourcedefinitions", "", "other.example.com", "apiextensions.k8s.io"),
+    ("get", "customresourcedefinitions", "", CRD_NAME, "apiextensions.k8s.io"),
+    ("create", "events", "team-a", "", "events.k8s.io"),
+    ("update", "jobs/status", "team-a", "job-launcher", "batch"),
+    ("patch", "mpijobs/status", "team-a", "job", GROUP),
     ("list", "customresourcedefinitions", "", "", "apiextensions.k8s.io"),
     ("get", "leases", "team-a", "mpi-operator", "coordination.k8s.io"),
     ("update", "leases", OPERATOR_NS, "someone-else", "coordination.k8s.io"),

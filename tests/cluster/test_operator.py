@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +27,7 @@ from reconcile.kube import (
     ApiError,
     Kube,
 )
-from tests.utils import api_writes, controller_uid, pi_job, wait_for
+from tests.utils import api_writes, controller_uid, pi_job, processed_after_nudge, wait_for
 
 OPERATOR_LABEL = "training.kubeflow.org/operator-name=mpi-operator"
 
@@ -263,7 +262,7 @@ def test_mpijob_success(kube, namespace, start_operator):
 
 @pytest.mark.l1
 def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
-    start_operator()
+    op = start_operator()
     create_mpijob(kube, namespace, pi_job(launcherCreationPolicy="WaitForWorkersReady"))
     pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
     for pod in pods:
@@ -275,7 +274,7 @@ def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
         ),
         "Worker.active=2",
     )
-    time.sleep(1.5)
+    processed_after_nudge(kube, op, namespace, "pi")
     assert not exists(kube, JOB, namespace, "pi-launcher"), "launcher created before the workers were ready"
     for pod in pods:
         set_pod_status(kube, pod, "Running", ready=True)
@@ -449,7 +448,7 @@ def test_mpijob_managed_externally(kube, namespace, start_operator):
     # a job we do manage, as a witness that the operator is working in this namespace
     create_mpijob(kube, namespace, pi_job("witness"))
     wait_for(lambda: exists(kube, SERVICE, namespace, "witness"), "the witness job's Service")
-    time.sleep(1)
+    processed_after_nudge(kube, op, namespace, "pi")
     job = get_job(kube, namespace)
     assert not job.get("status"), job.get("status")
     assert not exists(kube, JOB, namespace, "pi-launcher")
@@ -467,11 +466,11 @@ def test_foreign_configmap_is_left_alone_and_reported(kube, namespace, start_ope
         namespace,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config"}, "data": {"mine": "yes"}},
     )
-    start_operator()
+    op = start_operator()
     create_mpijob(kube, namespace, pi_job())
     wait_for(lambda: has_event(kube, namespace, "Warning", "ErrResourceExists"), "event ErrResourceExists")
     wait_for(lambda: exists(kube, SERVICE, namespace, "pi"), "the other children still appear")
-    time.sleep(1)
+    processed_after_nudge(kube, op, namespace, "pi")
     cm = kube.get(CONFIGMAP, namespace, "pi-config")
     assert cm["data"] == {"mine": "yes"}
     assert cm["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
@@ -493,7 +492,7 @@ def test_no_writes_once_converged(kube, namespace, start_operator):
     lpod = create_launcher_pod(kube, namespace)
     set_pod_status(kube, lpod, "Running", ready=True)
     wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running")
-    time.sleep(3)  # let the last watch events settle
+    processed_after_nudge(kube, op, namespace, "pi")  # every write the Running state causes is done
     before = api_writes(op)
     rv_before = {
         (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
@@ -504,14 +503,13 @@ def test_no_writes_once_converged(kube, namespace, start_operator):
     for i in range(3):
         kube.patch(MPIJOB, namespace, "pi", {"metadata": {"annotations": {"example.com/touch": str(i)}}})
         kube.patch(POD, namespace, pods[0]["metadata"]["name"], {"metadata": {"labels": {"x": str(i)}}})
-        time.sleep(1)
+        processed_after_nudge(kube, op, namespace, "pi")
     rv_before = {  # our own objects only; the patches above moved the MPIJob and one pod
         key: rv
         for key, rv in rv_before.items()
         if key not in (("MPIJob", "pi"), ("Pod", pods[0]["metadata"]["name"]))
     }
-    time.sleep(6)
-    assert api_writes(op) == before, "the operator wrote during a quiet interval"
+    assert api_writes(op) == before, "the operator wrote for changes that are not its to act on"
     rv_after = {
         (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
         for o in all_children(kube, namespace)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from reconcile.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.utils import api_writes, controller_uid, pi_job, wait_for
+from tests.utils import api_writes, controller_uid, pi_job, processed_after_nudge, wait_for
 
 JOBS = 6
 WORKERS = 3
@@ -68,9 +68,11 @@ def test_sigkill_mid_reconcile_then_restart_converges(kube, namespace, start_ope
             ),
             f"{name} Created",
         )
-    time.sleep(3)
+    for name in jobs:  # whatever convergence still causes is done once each job's later event is
+        processed_after_nudge(kube, second, namespace, name)
     before = api_writes(second)
-    time.sleep(6)
+    for name in jobs:
+        processed_after_nudge(kube, second, namespace, name)
     assert api_writes(second) == before, "writes after convergence"
     assert converged(kube, namespace, jobs)
 

@@ -24,7 +24,7 @@ from tests.e2e.support import (
     phase,
     pod_ready,
 )
-from tests.utils import pi_job
+from tests.utils import pi_job, processed_after_nudge
 
 pytestmark = pytest.mark.l2
 
@@ -143,10 +143,10 @@ def test_wait_for_workers_ready_holds_across_suspend_and_resume(e2e: E2E) -> Non
         assert launcher is None or launcher["spec"].get("suspend") is True, e2e.describe("pi")
         assert e2e.launcher_pods("pi") == [], e2e.describe("pi")
 
-    # #615: upstream unsuspends the launcher on resume, before any worker is ready.
-    for _ in range(8):
-        launcher_held()
-        time.sleep(0.5)
+    # #615: upstream unsuspends the launcher on resume, before any worker is ready. Checked once the
+    # operator has processed a later event of the job (and the pods' creation), not after a sleep.
+    processed_after_nudge(e2e.kube, e2e.operator, e2e.ns, "pi")
+    launcher_held()
 
     with labelled_node(e2e.kube, f"pool-{e2e.ns}"[:63], pool):
         e2e.wait_for(

@@ -3,13 +3,11 @@ process with the ServiceAccount's RBAC, kwok nodes that run pods and finish laun
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from reconcile.kube import CONFIGMAP, JOB, SECRET
 from tests.e2e.support import E2E, KNOB, condition_is, conditions, phase
-from tests.utils import pi_job
+from tests.utils import pi_job, processed_after_nudge
 
 pytestmark = pytest.mark.l2
 
@@ -68,8 +66,8 @@ def test_suspended_at_creation_then_resumed(e2e: E2E) -> None:
     job = e2e.wait_condition("pi", "Suspended")
     assert conditions(job)["Suspended"]["reason"] == "MPIJobSuspended"
     assert condition_is(job, "Running", "False")
-    # Give the operator time to do anything it would wrongly do, then: no pods at all.
-    time.sleep(3)
+    # Once the operator has processed a later event of the job: no pods at all.
+    processed_after_nudge(e2e.kube, e2e.operator, e2e.ns, "pi")
     assert e2e.list_pods() == [], e2e.describe("pi")
     job = e2e.get("pi")
     assert not (job.get("status") or {}).get("startTime")
@@ -127,7 +125,7 @@ def test_managed_by(e2e: E2E, managed_by: str, runs: bool) -> None:
     # A control job in the same namespace shows the operator is working meanwhile.
     e2e.submit(pi_job("control", root=False))
     e2e.wait_finished("control")
-    time.sleep(1)
+    processed_after_nudge(e2e.kube, e2e.operator, e2e.ns, "pi")
     job = e2e.get("pi")
     assert not job.get("status"), job.get("status")
     assert e2e.pods("pi") == []

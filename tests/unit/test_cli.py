@@ -75,3 +75,41 @@ def test_python_dash_m():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (GOLDEN / "suspended" / "children.yaml").read_text()
+
+
+STREAM_CASES = ["openmpi-pi", "intel-pi", "mpich-pi"]
+
+
+def _stream(separator: str = "---\n") -> str:
+    return separator.join((GOLDEN / c / "mpijob.yaml").read_text() for c in STREAM_CASES)
+
+
+def _fixed(*extra):
+    return ["-", "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE), *extra]
+
+
+def test_a_stream_of_mpijobs_renders_all_of_them():
+    code, out, err = run_cli(_fixed(), stdin=_stream())
+    assert (code, err) == (0, "")
+    assert out == "---\n".join(
+        (GOLDEN / c / "children.yaml").read_text().removeprefix("---\n") for c in STREAM_CASES
+    )
+
+
+def test_a_kind_list_renders_every_item_and_status_gives_one_document_each():
+    import yaml
+
+    items = [yaml.safe_load((GOLDEN / c / "mpijob.yaml").read_text()) for c in STREAM_CASES]
+    code, out, _ = run_cli(
+        _fixed("--status"), stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+    assert code == 0
+    statuses = list(yaml.safe_load_all(out))
+    assert len(statuses) == 3 and all(s["conditions"][0]["type"] == "Created" for s in statuses)
+
+
+def test_errors_in_a_stream_name_their_job():
+    bad = (GOLDEN / "invalid" / "mpijob.yaml").read_text()
+    code, out, err = run_cli(_fixed(), stdin=_stream() + "---\n" + bad)
+    assert code == 2 and out == ""
+    assert err and all(line.startswith("default/") for line in err.splitlines())

@@ -1,531 +1,271 @@
-"""Controller pieces that need no API server: leader election, events, informers, request labels,
-status comparison, flags, probes and logs. A small in-memory fake stands in for the API."""
+"""Controller logic that needs no server: event → key mapping, the policy data, SSH key reuse across
+retries, and names held by objects our watches cannot see."""
 
 from __future__ import annotations
 
-import io
-import json
-import logging
-import threading
-import urllib.request
-from datetime import UTC, datetime, timedelta
+import copy
+from datetime import UTC, datetime
 
 import pytest
 
-from reconcile import flags, logs
+import render
+from reconcile import controller as controller_module
+from reconcile.children import POLICY
+from reconcile.controller import Controller
+from reconcile.engine.plan import Plan
+from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.events import EventRecorder
-from reconcile.health import HealthServer
-from reconcile.informer import Informer, Store, controller_uid_index, key_of
-from reconcile.kube import EVENT, JOB, LEASE, POD, ApiError, Resource, classify
-from reconcile.leader import LeaderElector
+from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, Kube, resource_for
 from reconcile.metrics import Metrics
-from reconcile.syncstate import (
-    is_managed_externally,
-    launcher_resume_needs_start_time_cleared,
-    status_changed,
-)
+from render.timeutil import parse_time
+from render.yamlio import load_objects
+from tests.unit import golden_cases
+from tests.unit.fakes import FakeKube
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-class FakeKube:
-    """Objects by (plural, namespace, name); resourceVersion checked on replace like the server."""
+class NoKube(Kube):
+    """A Kube that never talks to a server (Controller builds informers but we never start them)."""
 
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict] = {}
-        self.calls: list[tuple[str, str, str]] = []
-        self.rv = 0
-        self.fail: dict[str, ApiError] = {}
-
-    def _bump(self, obj: dict) -> dict:
-        self.rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
-        return obj
-
-    def _check(self, verb: str) -> None:
-        if verb in self.fail:
-            raise self.fail[verb]
-
-    def get(self, res: Resource, namespace, name):
-        self.calls.append(("get", res.kind, name))
-        self._check("get")
-        try:
-            return json.loads(json.dumps(self.objects[(res.plural, namespace or "", name)]))
-        except KeyError:
-            raise ApiError(404, "Not Found", json.dumps({"code": 404})) from None
-
-    def create(self, res: Resource, namespace, body):
-        self.calls.append(("create", res.kind, body["metadata"]["name"]))
-        self._check("create")
-        key = (res.plural, namespace or "", body["metadata"]["name"])
-        if key in self.objects:
-            raise ApiError(409, "Conflict", json.dumps({"reason": "AlreadyExists"}))
-        obj = self._bump(json.loads(json.dumps(body)))
-        self.objects[key] = obj
-        return json.loads(json.dumps(obj))
-
-    def replace(self, res: Resource, body, subresource=None):
-        meta = body["metadata"]
-        self.calls.append(("update", res.kind, meta["name"]))
-        self._check("update")
-        key = (res.plural, meta.get("namespace", ""), meta["name"])
-        cur = self.objects.get(key)
-        if cur is None:
-            raise ApiError(404, "Not Found", "{}")
-        if meta.get("resourceVersion") != cur["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", json.dumps({"reason": "Conflict"}))
-        obj = self._bump(json.loads(json.dumps(body)))
-        self.objects[key] = obj
-        return json.loads(json.dumps(obj))
-
-    def patch(self, res: Resource, namespace, name, body, *, content_type="", subresource=None, **query):
-        self.calls.append(("patch", res.kind, name))
-        self._check("patch")
-        key = (res.plural, namespace or "", name)
-        if key not in self.objects:
-            raise ApiError(404, "Not Found", "{}")
-        self.objects[key].update(body)
-        return self._bump(self.objects[key])
+        self.api_client = None
 
 
-# -- leader election ---------------------------------------------------------------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def elector(kube, identity, clock):
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    return LeaderElector(
-        kube, "mpi-operator", identity, clock=clock, wall=lambda: start + timedelta(seconds=clock.t)
-    )
-
-
-def test_first_candidate_creates_the_lease_and_leads():
-    kube, clock = FakeKube(), Clock()
-    a = elector(kube, "a", clock)
-    assert a.try_acquire_or_renew()
-    lease = kube.objects[("leases", "mpi-operator", "mpi-operator")]
-    assert lease["spec"]["holderIdentity"] == "a"
-    assert lease["spec"]["leaseDurationSeconds"] == 15
-    assert lease["spec"]["renewTime"] == "2026-01-01T00:00:00.000000Z"
-
-
-def test_second_candidate_waits_until_the_lease_expires_unrenewed():
-    kube, clock = FakeKube(), Clock()
-    a, b = elector(kube, "a", clock), elector(kube, "b", clock)
-    assert a.try_acquire_or_renew()
-    assert not b.try_acquire_or_renew()
-    clock.t = 10
-    assert a.try_acquire_or_renew()  # renewal: b observes a changed record
-    clock.t = 12
-    assert not b.try_acquire_or_renew()
-    clock.t = 12 + 14.9  # b first saw the renewed record at t=12, on its own clock
-    assert not b.try_acquire_or_renew()
-    clock.t = 12 + 15.1
-    assert b.try_acquire_or_renew()
-    spec = kube.objects[("leases", "mpi-operator", "mpi-operator")]["spec"]
-    assert spec["holderIdentity"] == "b"
-    assert spec["leaseTransitions"] == 1
-    # a lost it: its next attempt sees b's fresh record and fails
-    assert not a.try_acquire_or_renew()
-
-
-def test_conflicting_write_does_not_acquire():
-    kube, clock = FakeKube(), Clock()
-    a = elector(kube, "a", clock)
-    assert a.try_acquire_or_renew()
-    kube.fail["update"] = ApiError(409, "Conflict", "{}")
-    assert not a.try_acquire_or_renew()
-
-
-def test_release_lets_a_standby_take_over_at_once():
-    kube, clock = FakeKube(), Clock()
-    a, b = elector(kube, "a", clock), elector(kube, "b", clock)
-    assert a.try_acquire_or_renew()
-    a._set_leading(True)
-    assert not b.try_acquire_or_renew()
-    assert a.release()
-    assert not a.is_leader
-    assert kube.objects[("leases", "mpi-operator", "mpi-operator")]["spec"]["holderIdentity"] == ""
-    assert b.try_acquire_or_renew()
-
-
-def test_run_leads_then_exits_via_on_stopped_when_renewal_fails():
-    kube = FakeKube()
-    started, stopped, changes = threading.Event(), threading.Event(), []
-    le = LeaderElector(
+def controller(kube=None, gang: str = "") -> Controller:
+    kube = kube or NoKube()
+    return Controller(
         kube,
-        "ns",
-        "a",
-        lease_duration=1.0,
-        renew_deadline=0.5,
-        retry_period=0.1,
-        on_started=started.set,
-        on_stopped=stopped.set,
-        on_change=changes.append,
+        render.Config(gang_scheduling=gang),
+        metrics=Metrics(),
+        recorder=EventRecorder(kube),
+        now=lambda: NOW,
     )
-    stop = threading.Event()
-    t = threading.Thread(target=le.run, args=(stop,))
-    t.start()
-    assert started.wait(2)
-    assert le.is_leader
+
+
+def ref(kind, name, uid, api_version):
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def obj(kind, name, owner=None, uid=None, ns="ns", api_version="v1"):
+    meta = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "resourceVersion": "1"}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+MPIJOB_REF = ref("MPIJob", "pi", "job-uid", "kubeflow.org/v2beta1")
+
+
+def test_children_map_to_their_mpijob_and_launcher_pods_through_the_job():
+    c = controller()
+    launcher = obj("Job", "pi-launcher", MPIJOB_REF, uid="launcher-uid", api_version="batch/v1")
+    c.children[JOB].store.upsert(launcher)
+    assert c.owner_key(obj("Pod", "pi-worker-0", MPIJOB_REF)) == "ns/pi"
+    launcher_pod = obj("Pod", "pi-launcher-x", ref("Job", "pi-launcher", "launcher-uid", "batch/v1"))
+    assert c.owner_key(launcher_pod) == "ns/pi"
+    # a pod of some other Job, an object with no controller, a controller of another kind: not ours
+    other_job = obj("Job", "other", ref("CronJob", "c", "cj", "batch/v1"), api_version="batch/v1")
+    c.children[JOB].store.upsert(other_job)
+    assert c.owner_key(obj("Pod", "p", ref("Job", "other", "uid-other", "batch/v1"))) is None
+    assert c.owner_key(obj("Pod", "p")) is None
+    assert c.owner_key(obj("Pod", "p", ref("ReplicaSet", "rs", "x", "apps/v1"))) is None
+
+
+def test_child_events_enqueue_the_owner_key():
+    c = controller()
+    c._on_child("ADDED", None, obj("ConfigMap", "pi-config", MPIJOB_REF))
+    c._on_child("ADDED", None, obj("ConfigMap", "stray"))
+    assert c.queue.get(timeout=1) == "ns/pi"
+    c.queue.done("ns/pi")
+    assert len(c.queue) == 0
+
+
+def test_policy_is_the_design_table():
+    assert POLICY.for_kind("", "Pod") == CREATE_ONLY
+    assert POLICY.for_kind("", "Secret") == CREATE_ONLY
+    assert POLICY.for_kind("batch", "Job") == JOB_POLICY
+    assert "spec.suspend" in JOB_POLICY.mutable_paths
+    for group, kind in [("", "ConfigMap"), ("scheduling.volcano.sh", "PodGroup")]:
+        assert POLICY.for_kind(group, kind) == PATCH
+    # Patched in place, knowing the fields the API server defaults (else each sync would "remove" them).
+    assert POLICY.for_kind("", "Service") == SERVICE_POLICY
+    assert SERVICE_POLICY.mode == "patch"
+    assert POLICY.rank("Service") < POLICY.rank("Pod") < POLICY.rank("Job")
+
+
+def test_gang_scheduling_adds_podgroup_and_priorityclass_informers():
+    assert controller().podgroup_res is None
+    c = controller(gang="volcano")
+    assert c.podgroup_res.api_version == "scheduling.volcano.sh/v1beta1"
+    assert c.priority_classes is not None
+    assert controller(gang="sp-scheduler").podgroup_res.api_version == "scheduling.x-k8s.io/v1alpha1"
+
+
+def minimal_job():
+    return render.parse_mpijob(
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": "pi", "namespace": "ns", "uid": "job-uid"},
+            "spec": {
+                "mpiReplicaSpecs": {
+                    "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "i"}]}}},
+                    "Worker": {
+                        "replicas": 2,
+                        "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
+                    },
+                }
+            },
+        }
+    )
+
+
+def test_fresh_ssh_key_is_reused_until_the_secret_exists():
+    c = controller()
+    job = minimal_job()
+    first = c._observe(job, [], NOW).fresh_ssh_key
+    assert first is not None
+    assert c._observe(job, [], NOW).fresh_ssh_key is first  # a retried sync renders the same Secret
+    secret = obj("Secret", "pi-ssh", MPIJOB_REF)
+    assert c._observe(job, [secret], NOW).fresh_ssh_key is None
+    assert c._observe(job, [], NOW).fresh_ssh_key is not first  # forgotten once the Secret was seen
+
+
+def test_wanted_names_held_by_unlabelled_objects_are_read_until_gone():
+    kube = FakeKube()
+    c = controller(kube)
+    job = minimal_job()
+    foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config", "namespace": "ns"}}
+    kube.objects[("configmaps", "ns", "pi-config")] = foreign
+    # nothing remembered yet: no reads at all (the steady state costs no requests)
+    assert c._held_names(job, []) == []
+    assert kube.calls == []
+    # a create found the name taken: from now on the holder is read on every sync of this job
+    c._taken[job.uid] = {(CONFIGMAP, "pi-config"): True}
+    held = c._held_names(job, [])
+    assert [o["metadata"]["name"] for o in held] == ["pi-config"]
+    assert held[0]["kind"] == "ConfigMap"
+    del kube.objects[("configmaps", "ns", "pi-config")]
+    assert c._held_names(job, []) == []
+    assert job.uid not in c._taken
+
+
+def test_wanted_names_in_the_cache_are_seen_without_requests():
+    kube = FakeKube()
+    c = controller(kube)
+    job = minimal_job()
+    stale = obj("Pod", "pi-worker-1", ref("MPIJob", "pi", "old-uid", "kubeflow.org/v2beta1"))
+    c.children[POD].store.upsert(stale)
+    held = c._held_names(job, [])
+    assert held == [stale]
+    assert kube.calls == []
+
+
+def test_api_errors_other_than_404_propagate_from_reads():
+    kube = FakeKube()
     kube.fail["get"] = ApiError(500, "boom", "{}")
-    assert stopped.wait(3)
-    t.join(2)
-    assert changes == [True, False]
+    c = controller(kube)
+    c._taken["job-uid"] = {(CONFIGMAP, "pi-config"): True}
+    with pytest.raises(ApiError) as err:
+        c._held_names(minimal_job(), [])
+    assert err.value.status == 500
 
 
-def test_run_stops_workers_before_releasing_on_shutdown():
+def test_invalid_job_gets_failed_status_and_warning_event_once():
     kube = FakeKube()
-    order = []
-    le = LeaderElector(kube, "ns", "a", lease_duration=1.0, renew_deadline=0.5, retry_period=0.1)
-    stop = threading.Event()
-    t = threading.Thread(target=le.run, args=(stop, lambda: order.append(("stop-workers", le.is_leader))))
-    t.start()
-    for _ in range(100):
-        if le.is_leader:
-            break
-        threading.Event().wait(0.02)
-    stop.set()
-    t.join(3)
-    assert order == [("stop-workers", True)]
-    assert kube.objects[("leases", "ns", "mpi-operator")]["spec"]["holderIdentity"] == ""
-
-
-def test_health_fails_when_leader_stops_renewing():
-    kube, clock = FakeKube(), Clock()
-    a = elector(kube, "a", clock)
-    assert a.try_acquire_or_renew()
-    a._set_leading(True)
-    clock.t = 30
-    assert a.healthy()
-    clock.t = 36
-    assert not a.healthy()
-
-
-def test_lease_timings_are_validated():
-    with pytest.raises(ValueError):
-        LeaderElector(FakeKube(), "ns", "a", lease_duration=5, renew_deadline=5)
-
-
-# -- events ------------------------------------------------------------------------------------------
-JOB_OBJ = {
-    "apiVersion": "kubeflow.org/v2beta1",
-    "kind": "MPIJob",
-    "metadata": {"name": "pi", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
-}
-
-
-def test_event_is_created_with_component_and_involved_object():
-    kube = FakeKube()
-    rec = EventRecorder(kube, host="h", clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
-    rec.event(JOB_OBJ, "Normal", "MPIJobCreated", "MPIJob ns/pi is created.")
-    (event,) = [o for k, o in kube.objects.items() if k[0] == EVENT.plural]
-    assert event["source"]["component"] == "mpi-job-controller"
-    assert event["involvedObject"] == {
+    c = controller(kube)
+    bad = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
-        "namespace": "ns",
-        "name": "pi",
-        "uid": "u1",
-        "resourceVersion": "7",
+        "metadata": {"name": "bad", "namespace": "ns", "uid": "bad-uid", "resourceVersion": "1"},
+        "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1}}},  # no Launcher
     }
-    assert (event["type"], event["reason"], event["count"]) == ("Normal", "MPIJobCreated", 1)
-    assert event["firstTimestamp"] == "2026-01-01T00:00:00Z"
-
-
-def test_repeated_event_is_aggregated_into_count():
-    kube = FakeKube()
-    now = [datetime(2026, 1, 1, tzinfo=UTC)]
-    rec = EventRecorder(kube, clock=lambda: now[0])
-    for _ in range(3):
-        rec.event(JOB_OBJ, "Normal", "MPIJobRunning", "running")
-        now[0] += timedelta(seconds=5)
-    events = [o for k, o in kube.objects.items() if k[0] == EVENT.plural]
-    assert len(events) == 1
-    assert events[0]["count"] == 3
-    assert events[0]["lastTimestamp"] == "2026-01-01T00:00:10Z"
-    rec.event(JOB_OBJ, "Normal", "MPIJobRunning", "other message")
-    assert len([k for k in kube.objects if k[0] == EVENT.plural]) == 2
-
-
-def test_expired_event_is_recreated_and_errors_never_raise():
-    kube = FakeKube()
-    rec = EventRecorder(kube)
-    rec.event(JOB_OBJ, "Warning", "X", "m")
-    kube.objects.clear()  # the event TTL removed it
-    rec.event(JOB_OBJ, "Warning", "X", "m")
-    assert len(kube.objects) == 1
-    kube.fail["create"] = ApiError(403, "Forbidden", "{}")
-    rec.event(JOB_OBJ, "Warning", "Y", "m")  # logged, not raised
-
-
-# -- request classification --------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("method", "url", "expected"),
-    [
-        ("GET", "https://h/api/v1/namespaces/ns/pods?labelSelector=a", ("list", "Pod")),
-        ("GET", "https://h/api/v1/pods?watch=true&resourceVersion=5", ("watch", "Pod")),
-        ("GET", "https://h/api/v1/namespaces/ns/pods/p", ("get", "Pod")),
-        ("PATCH", "https://h/apis/batch/v1/namespaces/ns/jobs/j?fieldManager=x", ("patch", "Job")),
-        (
-            "PUT",
-            "https://h/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/m/status",
-            ("update", "MPIJob/status"),
-        ),
-        ("POST", "https://h/api/v1/namespaces/ns/events", ("create", "Event")),
-        ("DELETE", "https://h/api/v1/namespaces/ns/pods/p", ("delete", "Pod")),
-        (
-            "PUT",
-            "https://h/apis/coordination.k8s.io/v1/namespaces/mpi-operator/leases/l",
-            ("update", "Lease"),
-        ),
-        ("GET", "https://h/api/v1/namespaces/ns", ("get", "namespaces")),
-    ],
-)
-def test_classify_request(method, url, expected):
-    assert classify(method, url) == expected
-
-
-def test_resource_paths():
-    assert POD.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
-    assert JOB.path("ns", "j", "status") == "/apis/batch/v1/namespaces/ns/jobs/j/status"
-    assert LEASE.path(None) == "/apis/coordination.k8s.io/v1/leases"
-
-
-def test_api_request_count_excludes_kinds():
-    m = Metrics()
-    m.api_requests.labels(verb="update", kind="Lease", code="200").inc(5)
-    m.api_requests.labels(verb="patch", kind="Pod", code="200").inc(2)
-    m.api_requests.labels(verb="list", kind="Pod", code="200").inc(1)
-    assert m.api_request_count() == 8
-    assert m.api_request_count(exclude_kinds=frozenset({"Lease"})) == 3
-    assert m.api_request_count(exclude_kinds=frozenset({"Lease"}), verbs=frozenset({"patch"})) == 2
-
-
-def test_job_info_series_is_removed_when_the_job_goes():
-    m = Metrics()
-    m.set_job_info("ns/pi", "pi-launcher", "ns")
-    assert b'mpi_operator_job_info{launcher="pi-launcher",namespace="ns"} 1.0' in m.exposition()
-    m.remove_job_info("ns/pi")
-    m.remove_job_info("ns/pi")
-    assert b"pi-launcher" not in m.exposition()
-
-
-# -- informer store and watch handling ---------------------------------------------------------------
-def pod(name, rv, owner=None, ns="ns"):
-    meta = {"name": name, "namespace": ns, "resourceVersion": str(rv), "uid": f"uid-{name}"}
-    if owner:
-        meta["ownerReferences"] = [{"uid": owner, "controller": True, "kind": "MPIJob", "name": "pi"}]
-    meta["managedFields"] = [
-        {"manager": "x", "operation": "Apply"},
-        {"manager": "kubelet", "operation": "Update", "subresource": "status"},
+    kube.objects[("mpijobs", "ns", "bad")] = bad
+    kube.rv = 10  # the server's next resourceVersion is newer than the cached one
+    c.mpijobs.store.upsert(bad)
+    c.sync("ns/bad")
+    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    failed = next(x for x in status["conditions"] if x["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "ValidationError")
+    assert "Launcher" in failed["message"]
+    events = [o for k, o in kube.objects.items() if k[0] == "events"]
+    assert [(e["type"], e["reason"]) for e in events if e["reason"] == "ValidationError"] == [
+        ("Warning", "ValidationError")
     ]
-    return {"metadata": meta}
+    # a second sync of the unchanged job writes nothing
+    calls = len(kube.calls)
+    c.sync("ns/bad")
+    assert kube.calls[calls:] == []
 
 
-def test_store_indexes_follow_updates_and_deletes():
-    store = Store({"controller": controller_uid_index})
-    store.upsert(pod("a", 1, "u1"))
-    store.upsert(pod("b", 1, "u1"))
-    assert [key_of(o) for o in store.by_index("controller", "u1")] == ["ns/a", "ns/b"]
-    store.upsert(pod("a", 2, "u2"))
-    assert [key_of(o) for o in store.by_index("controller", "u1")] == ["ns/b"]
-    store.delete("ns/b")
-    assert store.by_index("controller", "u1") == []
-    assert [key_of(o) for o in store.by_index("controller", "u2")] == ["ns/a"]
-
-
-class ListWatchKube:
-    def __init__(self, pages, streams):
-        self.pages = list(pages)
-        self.streams = list(streams)
-        self.watch_queries = []
-
-    def list(self, res, namespace=None, **query):
-        return self.pages.pop(0)
-
-    def stream_lines(self, path, query, timeout, on_open=None):
-        self.watch_queries.append(dict(query))
-        item = self.streams.pop(0) if self.streams else None
-        if isinstance(item, Exception):
-            raise item
-        if item is None:
-            threading.Event().wait(0.05)
-            return iter(())
-        return iter(json.dumps(e).encode() for e in item)
-
-
-def run_informer(kube, until, **kw):
-    inf = Informer(kube, POD, backoff=(0.01, 0.02), **kw)
-    events = []
-    inf.add_handler(lambda e, old, new: events.append((e, key_of(new or old))))
-    inf.start()
-    for _ in range(200):
-        if until(inf, events):
-            break
-        threading.Event().wait(0.01)
-    inf.stop()
-    return inf, events
-
-
-def test_informer_lists_watches_and_relists_on_410():
-    kube = ListWatchKube(
-        pages=[
-            {"metadata": {"resourceVersion": "10"}, "items": [pod("a", 5), pod("b", 6)]},
-            {"metadata": {"resourceVersion": "30"}, "items": [pod("a", 21)]},
-        ],
-        streams=[
-            [
-                {"type": "MODIFIED", "object": pod("a", 11)},
-                {"type": "MODIFIED", "object": pod("a", 11)},  # same RV: not delivered
-                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
-                {"type": "ERROR", "object": {"code": 410, "reason": "Expired"}},
-            ]
-        ],
-    )
-    inf, events = run_informer(kube, lambda inf, ev: len(ev) >= 5)
-    assert events == [
-        ("ADDED", "ns/a"),
-        ("ADDED", "ns/b"),
-        ("MODIFIED", "ns/a"),
-        ("DELETED", "ns/b"),  # gone in the relist
-        ("MODIFIED", "ns/a"),
-    ]
-    assert kube.watch_queries[0]["resourceVersion"] == "10"
-    assert kube.watch_queries[0]["allowWatchBookmarks"] == "true"
-    assert kube.watch_queries[1]["resourceVersion"] == "30"
-    assert inf.has_synced()
-    # Main-resource entries stay for the differ's removals; subresource entries are dropped.
-    assert inf.store.get("ns/a")["metadata"]["managedFields"] == [{"manager": "x", "operation": "Apply"}]
-    assert inf.store.get("ns/a")["kind"] == "Pod"
-
-
-def test_informer_resumes_from_bookmark_after_error():
-    kube = ListWatchKube(
-        pages=[{"metadata": {"resourceVersion": "10"}, "items": []}],
-        streams=[
-            [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}],
-            ApiError(500, "Internal", "{}"),
-        ],
-    )
-    run_informer(kube, lambda inf, ev: len(kube.watch_queries) >= 3)
-    assert [q["resourceVersion"] for q in kube.watch_queries[:3]] == ["10", "42", "42"]
-
-
-def test_informer_calls_on_fatal_on_403():
-    fatal = []
-    kube = ListWatchKube(pages=[], streams=[])
-
-    def forbidden(*a, **k):
-        raise ApiError(403, "Forbidden", "{}")
-
-    kube.list = forbidden
-    run_informer(kube, lambda inf, ev: bool(fatal), on_fatal=fatal.append)
-    assert fatal and "403" in fatal[0]
-
-
-def test_observe_keeps_newer_cached_object():
-    inf = Informer(ListWatchKube([], []), POD)
-    inf.store.upsert(pod("a", 9))
-    inf.observe(pod("a", 8))
-    assert inf.store.get("ns/a")["metadata"]["resourceVersion"] == "9"
-    inf.observe(pod("a", 10))
-    assert inf.store.get("ns/a")["metadata"]["resourceVersion"] == "10"
-
-
-# -- status comparison and resume --------------------------------------------------------------------
-def cond(t, s, reason="r", ts="2026-01-01T00:00:00Z"):
-    return {"type": t, "status": s, "reason": reason, "lastTransitionTime": ts, "lastUpdateTime": ts}
-
-
-def test_status_change_ignores_moved_condition_timestamps_only():
-    old = {"conditions": [cond("Created", "True")], "replicaStatuses": {"Worker": {}}}
-    moved = {"conditions": [cond("Created", "True", ts="2026-01-02T00:00:00Z")], "replicaStatuses": {}}
-    assert not status_changed(old, moved)
-    assert status_changed(old, {**old, "conditions": [cond("Created", "True", reason="other")]})
-    assert status_changed(old, {**old, "startTime": "2026-01-01T00:00:00Z"})
-    assert status_changed(old, {**old, "replicaStatuses": {"Worker": {"active": 1}}})
-    assert status_changed({}, {"conditions": [cond("Created", "True")]})
-
-
-def test_managed_by_other_controller():
-    assert is_managed_externally({"spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}}})
-    assert not is_managed_externally({"spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}})
-    assert not is_managed_externally({"spec": {}})
-
-
-def launcher(suspend, start_time=None, owner="u1"):
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "pi-launcher", "ownerReferences": [{"uid": owner, "controller": True}]},
-        "spec": {"suspend": suspend},
+def test_managed_externally_and_deleted_jobs_are_left_alone():
+    kube = FakeKube()
+    c = controller(kube)
+    ext = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "ext", "namespace": "ns", "uid": "e", "resourceVersion": "1"},
+        "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}},
     }
-    if start_time:
-        job["status"] = {"startTime": start_time}
-    return job
+    c.mpijobs.store.upsert(ext)
+    c.sync("ns/ext")
+    c.metrics.set_job_info("ns/gone", "gone-launcher", "ns")
+    c.sync("ns/gone")  # not in the cache: only the job_info series goes
+    assert kube.calls == []
+    assert b"gone-launcher" not in c.metrics.exposition()
 
 
-def test_resume_clears_start_time_only_when_resuming_a_started_launcher():
-    t = "2026-01-01T00:00:00Z"
-    live = launcher(True, t)
-    assert launcher_resume_needs_start_time_cleared([launcher(False)], [live]) is live
-    assert launcher_resume_needs_start_time_cleared([launcher(True)], [live]) is None
-    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True)]) is None
-    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(False, t)]) is None
-    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True, t, owner="x")]) is None
+# Cases with a live launcher Job, but not the one whose TTL expired (the sync deletes the MPIJob).
+LAUNCHER_CASES = [
+    c
+    for c in golden_cases.cases()
+    if any(o.get("kind") == "Job" for o in golden_cases.load_case(c)[1])
+    and "ttl_expired: true" not in (golden_cases.GOLDEN / c / "lifecycle.yaml").read_text()
+]
 
 
-# -- flags, probes, logs -----------------------------------------------------------------------------
-def test_flag_defaults_match_upstream(monkeypatch):
-    monkeypatch.setenv("KUBEFLOW_NAMESPACE", "kf")
-    a = flags.parse([])
-    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (2, 5, 10)
-    assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (10, 100)
-    assert (a.lock_namespace, a.namespace, a.monitoring_port) == ("mpi-operator", "kf", 8080)
-    assert flags.parse(["--kubeConfig", "/k"]).kubeconfig == "/k"
-    with pytest.raises(SystemExit):
-        flags.parse(["--threadiness", "0"])
-
-
-def test_health_server_probes_and_metrics():
-    state = {"healthy": True, "ready": False}
-    m = Metrics()
-    srv = HealthServer(
-        "127.0.0.1", 0, healthy=lambda: state["healthy"], ready=lambda: state["ready"], metrics=m.exposition
+@pytest.mark.parametrize("case", LAUNCHER_CASES)
+def test_the_controller_plans_exactly_what_render_returns(case, monkeypatch):
+    """The golden children are what the sync hands the engine: no controller-side edits of render's
+    output (the launcher template labels once were merged over live ones)."""
+    mpijob, objects, config, now_text = golden_cases.load_case(case)
+    kube = FakeKube()
+    kube.api_client = None  # execute gets an empty plan: no request
+    for o in [mpijob, *objects]:
+        o["metadata"].setdefault("resourceVersion", "1")
+        if o["kind"] == "Job":  # the labels the API server adds to a Job's template
+            template = o.setdefault("spec", {}).setdefault("template", {})
+            labels = template.setdefault("metadata", {}).setdefault("labels", {})
+            labels.update({"controller-uid": "x", "batch.kubernetes.io/job-name": o["metadata"]["name"]})
+        kube.objects[(resource_for(o).plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+    c = Controller(
+        kube, config, metrics=Metrics(), recorder=EventRecorder(kube), now=lambda: parse_time(now_text)
     )
-    srv.start()
-    try:
+    c.mpijobs.observe(mpijob)
+    for o in objects:
+        inf = c._informer_for(o)
+        if inf is not None:
+            inf.observe(o)
+    planned = []
 
-        def code(path):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}{path}", timeout=5) as r:
-                    return r.status, r.read()
-            except urllib.error.HTTPError as e:
-                return e.code, b""
+    def capture(desired, live, policy, owner_uid, **kw):
+        planned.append(copy.deepcopy(desired))
+        return Plan()
 
-        assert code("/healthz")[0] == 200
-        assert code("/readyz")[0] == 503
-        state["ready"] = True
-        assert code("/readyz")[0] == 200
-        status, body = code("/metrics")
-        assert status == 200 and b"mpi_operator_jobs_created_total" in body
-        assert code("/nope")[0] == 404
-    finally:
-        srv.stop()
+    monkeypatch.setattr(controller_module, "plan", capture)
+    c.sync(f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}")
+    golden = load_objects((golden_cases.GOLDEN / case / "children.yaml").read_text())
+    assert planned == [golden]
 
 
-def test_json_logs_carry_extra_fields():
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    handler.setFormatter(logs.JSONFormatter())
-    logger = logging.getLogger("test-json")
-    logger.addHandler(handler)
-    logger.propagate = False
-    logger.warning("sync failed", extra={"key": "ns/pi", "error": "boom"})
-    line = json.loads(buf.getvalue())
-    assert line["msg"] == "sync failed"
-    assert line["key"] == "ns/pi" and line["level"] == "warning"
+def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
+    c = controller()
+    c.mpijobs.store.upsert(obj("MPIJob", "pi", api_version="kubeflow.org/v2beta1"))
+    monkeypatch.setattr(c, "sync", lambda key: None)
+    assert c.synced_version("ns/pi") is None
+    c.process("ns/pi")
+    assert c.synced_version("ns/pi") == "1"
+    c.mpijobs.store.delete("ns/pi")
+    c.process("ns/pi")
+    assert c.synced_version("ns/pi") is None  # gone: forgotten

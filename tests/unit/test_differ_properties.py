@@ -1,4 +1,4 @@
-"""L0 properties of the differ on generic objects (local strategies: nothing MPI in the differ).
+"""L0 properties of the differ on generic objects (strategies in tests/strategies.py; nothing MPI in them).
 
 * a plan against its own output (live == desired, plus server metadata) is empty;
 * a plan against live objects the server has defaulted and canonicalised is empty;
@@ -26,133 +26,22 @@ from reconcile.engine.semantics import is_zero
 from render import Config, Observed, render
 from tests import strategies
 
-OWNER = "0f0f0f0f-0000-4000-8000-000000000001"
-KEYS = st.sampled_from(["alpha", "beta", "gamma", "delta", "mode", "size", "flag"])
-NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
-SCALARS = st.one_of(
-    st.text(max_size=8),
-    st.integers(-5, 10**6),
-    st.booleans(),
-    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
-)
-# Equivalent quantity spellings: (rendered, as the server stores it).
-QUANTITIES = st.integers(0, 64_000).flatmap(
-    lambda m: st.sampled_from(
-        [(f"{m}m", f"{m // 1000}" if m % 1000 == 0 else f"{m}m")]
-        + ([(m // 1000, f"{m // 1000}"), (f"{m // 1000}", f"{m // 1000}")] if m % 1000 == 0 else [])
-        + ([(m / 1000, f"{m}m")] if m % 1000 else [])
-    )
-)
-
-TREE = st.recursive(
-    SCALARS | st.lists(st.text(max_size=4), max_size=3),
-    lambda inner: st.dictionaries(KEYS, inner, max_size=4),
-    max_leaves=12,
-)
-
-
-@st.composite
-def containers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Containers as rendered and as the server would store them (quantities canonicalised)."""
-    names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
-    want, live = [], []
-    for name in names:
-        env_names = draw(st.lists(NAMES, max_size=3, unique=True))
-        env = [{"name": n, "value": draw(st.text(max_size=5))} for n in env_names]
-        cpu, cpu_live = draw(QUANTITIES)
-        ports = draw(st.lists(st.integers(1, 65535), max_size=2, unique=True))
-        want.append(
-            {
-                "name": name,
-                "image": draw(NAMES),
-                "env": env,
-                "ports": [{"containerPort": p} for p in ports],
-                "resources": {"limits": {"cpu": cpu}},
-            }
-        )
-        live.append(
-            {
-                "name": name,
-                "image": want[-1]["image"],
-                "env": copy.deepcopy(env),
-                "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports],
-                "resources": {"limits": {"cpu": cpu_live}},
-            }
-        )
-    return want, live
-
-
-@st.composite
-def rendered_and_stored(draw: st.DrawFn, kind: str = "Thing") -> tuple[dict[str, Any], dict[str, Any]]:
-    """A generic owned object and the same object as the API server returns it (before defaulting)."""
-    spec = draw(st.dictionaries(KEYS, TREE, max_size=4))
-    want_containers, live_containers = draw(containers())
-    labels = draw(st.dictionaries(NAMES, NAMES, max_size=3))
-    meta = {
-        "name": draw(NAMES),
-        "namespace": "ns",
-        "labels": labels,
-        "ownerReferences": [
-            {"apiVersion": "x/v1", "kind": "Owner", "name": "o", "uid": OWNER, "controller": True}
-        ],
-    }
-    api_version = "v1" if kind == "Pod" else "example.com/v1"
-    want = {
-        "apiVersion": api_version,
-        "kind": kind,
-        "metadata": meta,
-        "spec": {**spec, "containers": want_containers},
-    }
-    live = copy.deepcopy(want)
-    live["spec"]["containers"] = live_containers
-    live["metadata"].update(uid="live-uid", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z")
-    return want, live
-
-
-def drop_zero_values(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: drop_zero_values(v) for k, v in value.items() if not is_zero(v)}
-    if isinstance(value, list):
-        return [drop_zero_values(v) for v in value]
-    return value
-
-
-def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
-    """Extra fields in any map, list-map items reordered and added, zero values dropped, status added."""
-
-    def walk(node: Any, path: tuple[str, ...]) -> Any:
-        if isinstance(node, dict):
-            out = {k: walk(v, (*path, k)) for k, v in node.items()}
-            if data.draw(st.booleans(), label=f"extra at {path}"):
-                out["zzDefaulted"] = data.draw(SCALARS | TREE)
-            return out
-        if isinstance(node, list) and path[-1:] in (("containers",), ("env",)):
-            items = [walk(v, path) for v in node]
-            if path[-1] == "env" and data.draw(st.booleans()):
-                items.append({"name": "INJECTED-BY-WEBHOOK", "value": "1"})
-            return data.draw(st.permutations(items), label=f"order of {path}")
-        return node
-
-    out = walk(drop_zero_values(live), ())
-    out["status"] = {"phase": "Running"}
-    return out
-
 
 @settings(max_examples=150, deadline=None)
-@given(rendered_and_stored())
+@given(strategies.rendered_and_stored())
 def test_plan_against_its_own_output_is_empty(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
     want, live = pair
-    result = plan([want], [live], POLICY, OWNER)
+    result = plan([want], [live], POLICY, strategies.GENERIC_OWNER)
     assert not result, str(result)
 
 
 @settings(max_examples=150, deadline=None)
-@given(rendered_and_stored(), st.data())
+@given(strategies.rendered_and_stored(), st.data())
 def test_plan_against_server_defaulted_objects_is_empty(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
     want, live = pair
-    result = plan([want], [server_defaulted(live, data)], POLICY, OWNER)
+    result = plan([want], [strategies.server_defaulted(live, data)], POLICY, strategies.GENERIC_OWNER)
     assert not result, str(result)
 
 
@@ -173,7 +62,7 @@ def remove(obj: dict[str, Any], path: tuple[Any, ...]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(rendered_and_stored(), st.data())
+@given(strategies.rendered_and_stored(), st.data())
 def test_removing_a_rendered_field_from_live_yields_a_patch(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
@@ -184,7 +73,7 @@ def test_removing_a_rendered_field_from_live_yields_a_patch(
     # Live keeps its own spelling of the object; remove the same field there (list items by position
     # in the rendered order: live containers are in the same order before any shuffling).
     remove(live, path)
-    result = plan([want], [live], POLICY, OWNER)
+    result = plan([want], [live], POLICY, strategies.GENERIC_OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     assert result.patches[0].json_patch, "the patch describes the drift"
 
@@ -203,18 +92,18 @@ def with_our_fields(live: dict[str, Any], fields_of: dict[str, Any]) -> dict[str
 
 
 @settings(max_examples=150, deadline=None)
-@given(rendered_and_stored(), st.data())
+@given(strategies.rendered_and_stored(), st.data())
 def test_our_managed_fields_on_our_own_output_plan_empty(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
     want, live = pair
     live = with_our_fields(live, want)
-    assert not plan([want], [live], POLICY, OWNER)
-    assert not plan([want], [server_defaulted(live, data)], POLICY, OWNER)
+    assert not plan([want], [live], POLICY, strategies.GENERIC_OWNER)
+    assert not plan([want], [strategies.server_defaulted(live, data)], POLICY, strategies.GENERIC_OWNER)
 
 
 @settings(max_examples=200, deadline=None)
-@given(rendered_and_stored(), st.data())
+@given(strategies.rendered_and_stored(), st.data())
 def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
 ) -> None:
@@ -227,7 +116,7 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     path = data.draw(st.sampled_from(candidates), label="no longer rendered")
     after = copy.deepcopy(want)
     remove(after, path)
-    result = plan([after], [live], POLICY, OWNER)
+    result = plan([after], [live], POLICY, strategies.GENERIC_OWNER)
     assert len(result.patches) == 1 and not result.creates and not result.deletes, str(result)
     (patch,) = result.patches
     assert patch.body is None, "a subset compare cannot see a removal: only the removal patch"
@@ -235,7 +124,7 @@ def test_a_field_no_longer_rendered_is_removed_and_the_plan_converges(
     assert len(patch.removal_patch) == 2
     new_live = jsonpatch.apply_patch(live, list(patch.removal_patch))
     assert new_live != live
-    assert not plan([after], [new_live], POLICY, OWNER), "converged after the removal"
+    assert not plan([after], [new_live], POLICY, strategies.GENERIC_OWNER), "converged after the removal"
 
 
 CREATE_ONLY = Policy(
@@ -244,14 +133,14 @@ CREATE_ONLY = Policy(
 
 
 @settings(max_examples=100, deadline=None)
-@given(rendered_and_stored("Pod"), rendered_and_stored("Pod"))
+@given(strategies.rendered_and_stored("Pod"), strategies.rendered_and_stored("Pod"))
 def test_create_only_patches_stay_inside_the_mutable_paths(
     first: tuple[dict[str, Any], dict[str, Any]], second: tuple[dict[str, Any], dict[str, Any]]
 ) -> None:
     want, _ = first
     _, other_live = second
     other_live["metadata"]["name"] = want["metadata"]["name"]
-    result = plan([want], [other_live], CREATE_ONLY, OWNER)
+    result = plan([want], [other_live], CREATE_ONLY, strategies.GENERIC_OWNER)
     assert not result.creates and not result.deletes
     for patch in result.patches:
         assert set(patch.body) == {"apiVersion", "kind", "metadata"}
@@ -265,7 +154,7 @@ def test_create_only_patches_stay_inside_the_mutable_paths(
 
 def stored(obj: dict[str, Any], n: int) -> dict[str, Any]:
     """``obj`` as the server returns it: server metadata, zero values dropped, status."""
-    live = drop_zero_values(copy.deepcopy(obj))
+    live = strategies.drop_zero_values(copy.deepcopy(obj))
     live["metadata"].update(
         uid=f"uid-{n}", resourceVersion=str(n + 1), creationTimestamp="2025-06-01T12:00:00Z"
     )

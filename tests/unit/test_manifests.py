@@ -132,7 +132,9 @@ def test_crd_identity(crd):
     assert spec["names"]["kind"] == "MPIJob"
     assert spec["names"]["plural"] == "mpijobs"
     assert spec["names"]["listKind"] == "MPIJobList"
-    assert spec["names"]["shortNames"] == ["mpij"]
+    assert spec["names"]["shortNames"] == ["mpij"]  # our addition; upstream's CRD has none
+    # In the `all` category, `kubectl delete all --all` would delete every MPIJob of the namespace.
+    assert "categories" not in spec["names"]
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v2beta1", True, True)
     assert version["subresources"] == {"status": {}}
@@ -308,6 +310,8 @@ DEFAULTS = {
     "spec.runPolicy.cleanPodPolicy": "Running",
 }
 MINIMUMS = {
+    "spec.runPolicy.schedulingPolicy.minAvailable": 0,
+    "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds": 0,
     "spec.slotsPerWorker": 0,
     "spec.mpiReplicaSpecs.*.replicas": 0,
     "spec.runPolicy.backoffLimit": 0,
@@ -351,8 +355,11 @@ def _rules(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_admission_rules_are_where_they_belong(schema):
     # Only the root may read metadata.name; the cost of those rules is bounded by the name's maxLength.
     root_rules = schema["x-kubernetes-validations"]
-    assert len(root_rules) == 2
-    assert all("self.metadata.name" in r["rule"] and r["fieldPath"] == ".metadata.name" for r in root_rules)
+    assert len(root_rules) == 2 + 54  # the name's two, and the worker limit for names of 1..54 characters
+    assert all("self.metadata.name" in r["rule"] for r in root_rules)
+    assert [r["fieldPath"] for r in root_rules] == [".metadata.name"] * 2 + [
+        ".spec.mpiReplicaSpecs.Worker.replicas"
+    ] * 54
     assert schema["properties"]["metadata"]["properties"]["name"]["maxLength"] == 63
 
     specs = _at(schema, "spec.mpiReplicaSpecs")
@@ -494,21 +501,19 @@ ALL_ROLES = [
 ]
 CRUD = {"get", "list", "watch", "create", "patch", "delete"}
 OPERATOR_GRANTS = {
-    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "delete"},
-    ("kubeflow.org", "mpijobs/status"): {"update", "patch"},
+    ("kubeflow.org", "mpijobs"): {"list", "watch", "delete"},
+    ("kubeflow.org", "mpijobs/status"): {"update"},
     ("kubeflow.org", "mpijobs/finalizers"): {"update"},
     ("", "pods"): CRUD,
     ("", "services"): CRUD,
     ("", "configmaps"): CRUD,
     ("", "secrets"): CRUD,
     ("batch", "jobs"): CRUD,
-    ("batch", "jobs/status"): {"update", "patch"},
+    ("batch", "jobs/status"): {"patch"},
     ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
     ("scheduling.volcano.sh", "podgroups"): CRUD,
     ("scheduling.x-k8s.io", "podgroups"): CRUD,
-    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
+    ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
 }
 
 
@@ -525,8 +530,6 @@ def test_no_wildcards_no_exec_no_endpoints():
 def test_operator_cluster_role_is_exactly_what_the_operator_uses():
     role = _one(_objects(DEPLOY), "ClusterRole", "mpi-operator")
     assert _grants(role["rules"]) == OPERATOR_GRANTS
-    (crd_rule,) = [r for r in role["rules"] if "customresourcedefinitions" in r["resources"]]
-    assert "mpijobs.kubeflow.org" in crd_rule["resourceNames"]
 
 
 def test_operator_may_touch_every_resource_the_controller_knows():
@@ -542,8 +545,8 @@ def test_leases_only_in_the_lock_namespace():
     objects = _objects(DEPLOY)
     role = _one(objects, "Role", "mpi-operator-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert _grants(role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update"}]
+    assert _grants(role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update", "watch"}}
+    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update", "watch"}]
     assert all(r.get("resourceNames") == ["mpi-operator"] for r in named)
     assert ("coordination.k8s.io", "leases") not in _grants(
         _one(objects, "ClusterRole", "mpi-operator")["rules"]
@@ -675,3 +678,49 @@ def test_dockerfile_builds_a_non_root_image_of_the_operator(deployment):
     # The operator's packages are copied in: the entry point's and render (which reconcile imports).
     for package in {entry.split(".")[0], "render"}:
         assert f"COPY {package} ./{package}" in text
+
+
+# ------------------------------------------------------------------------------------------ overlays
+def _kustomize(path: Path) -> list[dict[str, Any]]:
+    import subprocess
+
+    import yaml
+
+    from localcluster.binaries import find_bin_dir
+
+    out = subprocess.run(
+        [str(find_bin_dir() / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_standalone_overlay_is_deploy():
+    assert _kustomize(DEPLOY / "overlays" / "standalone") == _kustomize(DEPLOY)
+
+
+def test_kubeflow_overlay_moves_everything_to_kubeflow_and_leaves_its_namespace_alone():
+    objs = _kustomize(DEPLOY / "overlays" / "kubeflow")
+    full = _kustomize(DEPLOY)
+    assert {(o["kind"], o["metadata"]["name"]) for o in full} - {
+        (o["kind"], o["metadata"]["name"]) for o in objs
+    } == {("Namespace", NAMESPACE)}
+    for o in objs:
+        if "namespace" in o["metadata"]:
+            assert o["metadata"]["namespace"] == "kubeflow", o["metadata"]["name"]
+        for subject in o.get("subjects", []):
+            assert subject["namespace"] == "kubeflow"
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--lock-namespace=kubeflow" in args and "--lock-namespace=mpi-operator" not in args
+
+
+def test_deployment_selector_is_upstreams():
+    # Immutable: anything else makes `kubectl apply` over an upstream install fail (L2 test_e2e_upgrade).
+    (dep,) = [o for o in _objects(DEPLOY) if o["kind"] == "Deployment"]
+    assert dep["spec"]["selector"]["matchLabels"] == {
+        "app": "mpi-operator",
+        "app.kubernetes.io/component": "mpijob",
+        "app.kubernetes.io/name": "mpi-operator",
+        "kustomize.component": "mpi-operator",
+    }

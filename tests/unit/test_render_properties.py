@@ -6,7 +6,6 @@ import os
 import re
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from render import Observed, ValidationError, parse_mpijob, render, status
 from tests import strategies as s
@@ -21,25 +20,8 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-@st.composite
-def scenarios(draw):
-    """A job with an old status (from an earlier observation), the observed world now, and a config."""
-    job = draw(s.mpijobs())
-    config = draw(s.configs)
-    earlier = Observed.from_objects(draw(s.observed_objects(job)), now=s.NOW, fresh_ssh_key=s.TEST_KEY)
-    job["status"] = status(job, earlier, config)
-    if draw(st.booleans()):  # the user may flip suspend between observations
-        job["spec"].setdefault("runPolicy", {})["suspend"] = draw(st.booleans())
-    observed = Observed.from_objects(
-        draw(s.observed_objects(job)),
-        now=draw(s.times()),
-        fresh_ssh_key=draw(st.sampled_from([s.TEST_KEY, None])),
-    )
-    return job, observed, config
-
-
 @FAST
-@given(scenarios())
+@given(s.scenarios())
 def test_render_and_status_are_total_and_deterministic(scenario):
     job, observed, config = scenario
     frozen = json.dumps(job, sort_keys=True)
@@ -52,7 +34,7 @@ def test_render_and_status_are_total_and_deterministic(scenario):
 
 
 @FAST
-@given(scenarios())
+@given(s.scenarios())
 def test_status_is_a_fixed_point(scenario):
     """Writing the computed status and computing again changes nothing: a converged job sees no writes."""
     job, observed, config = scenario
@@ -64,7 +46,7 @@ def test_status_is_a_fixed_point(scenario):
 
 
 @FAST
-@given(scenarios())
+@given(s.scenarios())
 def test_every_child_is_owned_and_validly_named(scenario):
     job, observed, config = scenario
     children = render(job, observed, config)
@@ -117,7 +99,7 @@ def test_every_child_is_owned_and_validly_named(scenario):
 
 
 @FAST
-@given(scenarios())
+@given(s.scenarios())
 def test_hostfile_lists_exactly_the_expected_hosts(scenario):
     job, observed, config = scenario
     children = render(job, observed, config)
@@ -146,7 +128,7 @@ def test_hostfile_lists_exactly_the_expected_hosts(scenario):
 
 
 @FAST
-@given(scenarios())
+@given(s.scenarios())
 def test_lifecycle_rules(scenario):
     """Suspended: no workers; finished: no new workers and no PodGroup; the launcher Job is never dropped."""
     job, observed, config = scenario
@@ -171,55 +153,8 @@ def test_lifecycle_rules(scenario):
         assert "Job" in kinds, "an existing launcher Job must always be rendered (or it would be deleted)"
 
 
-MUTATIONS = st.sampled_from(
-    [
-        ("spec", "slotsPerWorker"),
-        ("spec", "runPolicy"),
-        ("spec", "mpiReplicaSpecs"),
-        ("spec", "mpiImplementation"),
-        ("spec", "launcherCreationPolicy"),
-        ("spec", "sshAuthMountPath"),
-        ("spec", "runLauncherAsWorker"),
-        ("spec",),
-        ("metadata", "name"),
-        ("metadata",),
-        ("spec", "mpiReplicaSpecs", "Launcher"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "replicas"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "env"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "command"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers", 0, "resources"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "dnsConfig"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "volumes"),
-        ("spec", "mpiReplicaSpecs", "Launcher", "template", "metadata"),
-        ("spec", "mpiReplicaSpecs", "Worker", "replicas"),
-        ("spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0, "volumeMounts"),
-        ("spec", "runPolicy", "schedulingPolicy"),
-        ("spec", "runPolicy", "backoffLimit"),
-        ("spec", "runPolicy", "cleanPodPolicy"),
-    ]
-)
-JUNK = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**40), 2**40),
-    st.floats(allow_nan=True),
-    st.text(max_size=70),
-    st.lists(
-        st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=3), st.integers())),
-        max_size=3,
-    ),
-    st.dictionaries(
-        st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=3
-    ),
-)
-
-
 @settings(max_examples=200, deadline=None)
-@given(s.mpijobs(), MUTATIONS, JUNK, s.configs)
+@given(s.mpijobs(), s.MUTATIONS, s.JUNK, s.configs)
 def test_mutated_jobs_raise_only_validation_error(job, path, junk, config):
     target = job
     for key in path[:-1]:

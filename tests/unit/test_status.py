@@ -2,8 +2,13 @@
 
 from datetime import timedelta
 
+import pytest
+import yaml
+
 from render import Config, Event, events, next_wakeup, status, ttl_expired
-from render.conditions import set_condition
+from render.conditions import is_finished, set_condition
+from render.timeutil import format_time, parse_time
+from tests.unit.golden_cases import GOLDEN, cases
 from tests.unit.render_helpers import NOW, conds, job, launcher, launcher_pod, observed, ts, worker
 
 CFG = Config()
@@ -18,6 +23,35 @@ def test_set_condition_semantics():
     assert [x["type"] for x in c3] == ["Restarting"]  # Running and Restarting replace each other
     c4 = set_condition(c, "Succeeded", "True", "MPIJobSucceeded", "m", "t4")
     assert [(x["type"], x["status"]) for x in c4] == [("Running", "False"), ("Succeeded", "True")]
+    assert (c4[0]["lastTransitionTime"], c4[0]["lastUpdateTime"]) == ("t1", "t1")  # as upstream
+
+
+def _dashboard_run_time(st: dict) -> timedelta:
+    """What a dashboard computes: the finish condition's transition minus Running's."""
+    c = conds(st)
+    end = c["Succeeded"] if c.get("Succeeded", {}).get("status") == "True" else c["Failed"]
+    return parse_time(end["lastTransitionTime"]) - parse_time(c["Running"]["lastTransitionTime"])
+
+
+def test_run_time_from_conditions_is_start_of_running_to_finish():
+    j = job()
+    j["status"] = status(j, observed(now=NOW), CFG)
+    started = NOW + timedelta(minutes=2)
+    running = observed(worker(0), worker(1), launcher(), launcher_pod("a", "Running", ts()), now=started)
+    j["status"] = status(j, running, CFG)
+    finished = NOW + timedelta(minutes=9, seconds=30)
+    done = launcher(conditions=[{"type": "Complete", "status": "True"}], completionTime=format_time(finished))
+    ended = observed(worker(0), worker(1), done, launcher_pod("a", "Succeeded", ts()), now=finished)
+    j["status"] = status(j, ended, CFG)
+    assert _dashboard_run_time(j["status"]) == timedelta(minutes=7, seconds=30)
+    assert conds(j["status"])["Running"]["status"] == "False"
+    # A failure keeps it the same way.
+    k = job()
+    k["status"] = status(k, observed(now=NOW), CFG)
+    k["status"] = status(k, running, CFG)
+    failed_job = launcher(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
+    k["status"] = status(k, observed(worker(0), worker(1), failed_job, now=finished), CFG)
+    assert _dashboard_run_time(k["status"]) == timedelta(minutes=7, seconds=30)
 
 
 def test_first_status_and_running():
@@ -103,7 +137,7 @@ def test_launcher_failure_rolls_up_newest_pod():
     )
     st = status(job(), observed(launcher(conditions=[failed_cond], failed=2), old, new), CFG)
     failed = conds(st)["Failed"]
-    assert failed["reason"] == "BackoffLimitExceeded/OOMKilled"
+    assert failed["reason"] == "BackoffLimitExceeded"  # upstream's reason; the detail is in the message
     assert failed["message"] == "Job failed: pod pi-launcher-new container l exited with code 137 (OOMKilled)"
     assert st["completionTime"] == ts()
     assert conds(st)["Running"]["status"] == "False"  # #787: a finished job always shows Running
@@ -167,6 +201,88 @@ def test_managed_by_other_controller_leaves_status_alone():
     j["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "Remote"}]}
     assert status(j, observed(worker(0)), CFG) == j["status"]
     assert next_wakeup(j, j["status"], NOW) is None
+
+
+def test_restarting_only_after_a_real_restart_and_never_on_a_finished_job():
+    j = job()
+    running = [worker(0), worker(1), launcher(failed=1)]
+    j["status"] = status(j, observed(*running, launcher_pod("a", "Running", ts(120))), CFG)
+    failed_pod = launcher_pod("a", "Failed", ts(120))
+    # The pod failed and the Job made no new one: nothing restarted.
+    st = status(j, observed(*running, failed_pod), CFG)
+    assert "Restarting" not in conds(st) and conds(st)["Running"]["status"] == "True"
+    # The Job made a new pod: a real restart.
+    st = status(j, observed(*running, failed_pod, launcher_pod("b", "Pending", ts(60))), CFG)
+    assert conds(st)["Restarting"]["status"] == "True"
+    assert st["conditions"][-1]["type"] == "Restarting"
+    j["status"] = st
+    gone = launcher(
+        conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}], failed=2
+    )
+    st = status(j, observed(worker(0), worker(1), gone, failed_pod, launcher_pod("b", "Failed", ts(60))), CFG)
+    assert conds(st)["Restarting"]["status"] == "False"
+    assert conds(st)["Failed"]["reason"] == "BackoffLimitExceeded"
+    assert st["conditions"][-1]["type"] == "Failed"
+    # A finished status written by an older version with Restarting still True is corrected.
+    legacy = job()
+    legacy["status"] = {
+        **st,
+        "conditions": [*st["conditions"][:-1], {**conds(st)["Restarting"], "status": "True"}],
+    }
+    legacy["status"]["conditions"].append(conds(st)["Failed"])
+    fixed = status(legacy, observed(), CFG)
+    assert conds(fixed)["Restarting"]["status"] == "False" and fixed["conditions"][-1]["type"] == "Failed"
+
+
+# The state each golden case shows in `kubectl get mpijobs` (`.status.conditions[-1:].type`).
+GOLDEN_STATE = {
+    "cluster-domain": "Created",
+    "conflict": "Created",
+    "deadline-exceeded": "Failed",
+    "evicted-worker": "Restarting",
+    "failed-worker-replaced": "Restarting",
+    "gang-wait-for-workers": "Created",
+    "horovod-tensorflow-mnist": "Created",
+    "host-network": "Created",
+    "intel-pi": "Created",
+    "invalid": "Failed",
+    "launcher-failed-after-restart": "Failed",
+    "launcher-failed-oomkilled": "Failed",
+    "launcher-pod-failed-not-retried": "Running",
+    "launcher-retrying": "Restarting",
+    "launcher-succeeded-cleanup": "Succeeded",
+    "managed-by-multikueue": None,
+    "mpich-pi": "Created",
+    "openmpi-pi": "Created",
+    "resumed": "Created",
+    "run-launcher-as-worker": "Running",
+    "running": "Running",
+    "scale-down": "Running",
+    "scale-up": "Running",
+    "scheduler-plugins": "Created",
+    "suspended": "Suspended",
+    "suspended-while-running": "Suspended",
+    "tensorflow-benchmarks-gpu": "Created",
+    "ttl-expired": "Succeeded",
+    "volcano": "Created",
+    "wait-for-workers-holding": "Created",
+    "wait-for-workers-releasing": "Created",
+    "wait-for-workers-resumed": "Created",
+}
+
+
+def test_every_golden_case_has_an_expected_state():
+    assert sorted(GOLDEN_STATE) == cases()
+
+
+@pytest.mark.parametrize(("case", "state"), sorted(GOLDEN_STATE.items()))
+def test_state_column_reads_the_current_state(case, state):
+    st = yaml.safe_load((GOLDEN / case / "status.yaml").read_text()) or {}
+    c = st.get("conditions") or []
+    assert (c[-1]["type"] if c else None) == state
+    if c:
+        assert c[-1]["status"] == "True" or c[-1]["type"] == "Created"
+        assert not (conds(st).get("Restarting", {}).get("status") == "True" and is_finished(c))
 
 
 def test_replica_statuses_follow_upstream_in_every_state():

@@ -24,7 +24,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
         "name": "State",
         "type": "string",
-        "description": "Type of the job's most recently changed condition.",
+        "description": "The job's state: Created, Running, Restarting, Suspended, Succeeded or Failed.",
         "jsonPath": ".status.conditions[-1:].type",
     },
     {
@@ -55,9 +55,9 @@ def crd(k8s: Converter) -> dict[str, Any]:
                 "listKind": f"{KIND}List",
                 "plural": PLURAL,
                 "singular": KIND.lower(),
+                # Our addition (upstream's CRD has none). No categories: in `all`, `kubectl delete all --all`
+                # would delete every MPIJob of the namespace, running ones included.
                 "shortNames": ["mpij"],
-                # MPIJob is a workload like Job, so `kubectl get all` lists it.
-                "categories": ["all"],
             },
             "scope": "Namespaced",
             "versions": [

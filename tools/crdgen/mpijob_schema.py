@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from render import bounds
 from tools.crdgen.k8s_schema import LABEL_SELECTOR, QUANTITY, Converter, pod_template_spec
 
 Schema = dict[str, Any]
@@ -17,9 +18,10 @@ Schema = dict[str, Any]
 LAUNCHER = "Launcher"
 WORKER = "Worker"
 MANAGED_BY_VALUES = ("kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue")
-DNS_LABEL_MAX = 63
+DNS_LABEL_MAX = bounds.DNS_LABEL_MAX
 # Worker pod and host names are "<job>-worker-<index>"; they must be DNS-1035 labels.
-WORKER_INFIX = "-worker-"
+WORKER_INFIX = bounds.WORKER_INFIX
+INT32_MAX = bounds.INT32_MAX
 
 
 def obj(
@@ -65,7 +67,9 @@ def scheduling_policy(k8s: Converter) -> Schema:
         {
             "minAvailable": integer(
                 "Minimum number of pods that must be schedulable together before any of them starts (the "
-                "PodGroup's minMember). Defaults to the number of workers plus one for the launcher."
+                "PodGroup's minMember). Defaults to the number of workers plus one for the launcher.",
+                minimum=0,
+                maximum=INT32_MAX,
             ),
             "queue": string("Volcano queue the PodGroup is submitted to. Volcano only."),
             "minResources": {
@@ -77,7 +81,9 @@ def scheduling_policy(k8s: Converter) -> Schema:
             "priorityClass": string("PriorityClass name of the PodGroup. Volcano only."),
             "scheduleTimeoutSeconds": integer(
                 "Seconds the coscheduler waits for the whole gang before it gives up on a scheduling "
-                "attempt. scheduler-plugins only."
+                "attempt. scheduler-plugins only.",
+                minimum=0,
+                maximum=INT32_MAX,
             ),
         },
     )
@@ -99,17 +105,21 @@ def run_policy(k8s: Converter) -> Schema:
                 "Seconds after the job finishes (Succeeded or Failed) before the MPIJob itself, and with it "
                 "every object it owns, is deleted. Unset: never deleted automatically.",
                 minimum=0,
+                maximum=INT32_MAX,
             ),
             "activeDeadlineSeconds": integer(
                 "Seconds the job may be active, counted from its start (and again from each resume). When "
-                "it passes, the job fails with reason DeadlineExceeded and its pods are stopped.",
+                "it passes, the job fails with reason DeadlineExceeded and its pods are stopped. At most "
+                "about 292 years, the longest duration Kubernetes can represent.",
                 fmt="int64",
                 minimum=0,
+                maximum=bounds.MAX_DURATION_SECONDS,
             ),
             "backoffLimit": integer(
                 "Number of launcher retries before the job is marked Failed. Passed to the launcher Job; "
                 "unset means the Job default (6).",
                 minimum=0,
+                maximum=INT32_MAX,
             ),
             "schedulingPolicy": scheduling_policy(k8s),
             "suspend": boolean(
@@ -138,8 +148,12 @@ def replica_spec(k8s: Converter) -> Schema:
         "One replica type of the job: how many pods, their restart policy and their pod template.",
         {
             "replicas": integer(
-                "Number of pods. Launcher: 1 (the default). Worker: at least 1 and required.",
+                "Number of pods. Launcher: 1 (the default). Worker: at least 1 and required, and at most "
+                "as many as the hostfile ConfigMap (1 MiB) holds for the job's name length: "
+                f"{bounds.max_workers(10)} for a "
+                "name of 10 characters.",
                 minimum=0,
+                maximum=INT32_MAX,
             ),
             "restartPolicy": string(
                 "Restart policy of the pods. Defaults to OnFailure for the Launcher and Never for workers; a "
@@ -196,6 +210,7 @@ def mpijob_spec(k8s: Converter) -> Schema:
                 "MPI slots per worker host in the hostfile (usually one per GPU or core used by ranks).",
                 default=1,
                 minimum=0,
+                maximum=INT32_MAX,
             ),
             "runLauncherAsWorker": boolean(
                 "Also run MPI ranks in the launcher pod: it is listed first in the hostfile.",
@@ -322,6 +337,18 @@ def name_rules() -> list[Schema]:
             f"most {DNS_LABEL_MAX} characters",
             fieldPath=".metadata.name",
             reason="FieldValueInvalid",
+        ),
+        # bounds.max_workers, one rule per name length so the message says this job's limit (CEL's
+        # string(int) in a messageExpression is beyond the API server's cost budget).
+        *(
+            rule(
+                f"{guard} || size({name}) != {length} || {replicas} <= {limit}",
+                bounds.worker_limit_message(length),
+                fieldPath=f".spec.mpiReplicaSpecs.{WORKER}.replicas",
+                reason="FieldValueInvalid",
+            )
+            for length, limit in enumerate(bounds.max_workers_table(), start=1)
+            if length + len("-launcher") <= DNS_LABEL_MAX  # longer names fail the rule above
         ),
     ]
 

@@ -1,0 +1,194 @@
+"""A fault-injecting HTTPS proxy between the operator and kube-apiserver, on loopback.
+
+It terminates TLS with a serving certificate from the cluster's CA (the operator's kubeconfig points
+here) and forwards each request upstream as the operator's ServiceAccount (its client certificate), so the
+API server's audit log still names the operator. A seeded share of requests is answered by the proxy
+instead: 500, 429, 409 (writes only), a connection reset before the request is forwarded, a reset *after*
+it was forwarded (the write happened, the client never hears of it), or a delay; every watch is cut after
+a random time. What was injected is counted in ``counts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import ssl
+import threading
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+# A reset is an exception out of the handler on purpose; aiohttp would log each with its traceback.
+logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+
+HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
+FAULTS = ("500", "429", "409", "reset", "reset-after", "delay")
+
+
+class FaultProxy:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        ca: Path,
+        server_cert: Path,
+        server_key: Path,
+        client_cert: Path,
+        client_key: Path,
+        rate: float = 0.1,
+        watch_cut: tuple[float, float] = (1.0, 20.0),
+        delay: tuple[float, float] = (0.1, 1.5),
+        seed: int = 0,
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.rate = rate
+        self.watch_cut = watch_cut
+        self.delay = delay
+        self.rng = random.Random(seed)
+        self.counts: Counter[str] = Counter()
+        self.enabled = True
+        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._server_ctx.load_cert_chain(str(server_cert), str(server_key))
+        self._client_ctx = ssl.create_default_context(cafile=str(ca))
+        self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> FaultProxy:
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fault proxy did not start")
+        return self
+
+    async def _start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._client_ctx, limit=0),
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        )
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        async def down() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+            if self._session is not None:
+                await self._session.close()
+
+        if self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- one request --------------------------------------------------------------------------------
+    def _choose(self, method: str, watch: bool) -> str:
+        if not self.enabled or self.rng.random() >= self.rate:
+            return ""
+        faults = [f for f in FAULTS if f != "409" or method not in ("GET", "HEAD")]
+        if watch:
+            faults = [f for f in faults if f != "reset-after"]
+        return self.rng.choice(faults)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        watch = request.query.get("watch") in ("1", "true")
+        fault = self._choose(request.method, watch)
+        if fault:
+            self.counts[fault] += 1
+        if fault in ("500", "429", "409"):
+            code = int(fault)
+            reason = {500: "InternalError", 429: "TooManyRequests", 409: "Conflict"}[code]
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": f"injected by the fault proxy: {code}",
+                "reason": reason,
+                "code": code,
+            }
+            headers = {"Retry-After": "1"} if code == 429 else {}
+            return web.json_response(status, status=code, headers=headers, dumps=json.dumps)
+        if fault == "reset":
+            return self._reset(request)
+        if fault == "delay":
+            await asyncio.sleep(self.rng.uniform(*self.delay))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        assert self._session is not None
+        try:
+            upstream = await self._session.request(
+                request.method,
+                self.upstream + request.rel_url.raw_path_qs,
+                headers=headers,
+                data=body or None,
+            )
+        except (aiohttp.ClientError, OSError):
+            return self._reset(request)  # the API server is down: the client sees what it would see
+        async with upstream:
+            if fault == "reset-after":
+                await upstream.read()
+                return self._reset(request)
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP},
+            )
+            if upstream.headers.get("Content-Length") is not None and not watch:
+                response.content_length = int(upstream.headers["Content-Length"])
+            await response.prepare(request)
+            cut_at = self._loop.time() + self.rng.uniform(*self.watch_cut) if watch else None
+            try:
+                while True:
+                    timeout = None if cut_at is None else max(0.0, cut_at - self._loop.time())
+                    try:
+                        chunk = await asyncio.wait_for(upstream.content.readany(), timeout)
+                    except TimeoutError:
+                        self.counts["watch-cut"] += 1
+                        return self._reset(request)
+                    if not chunk:
+                        break
+                    await response.write(chunk)
+                await response.write_eof()
+            except (aiohttp.ClientError, ConnectionError, OSError):
+                return self._reset(request)
+            return response
+
+    @staticmethod
+    def _reset(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        raise ConnectionResetError("reset by the fault proxy")

@@ -1,0 +1,478 @@
+"""The chaos tier's harness: an audited L2 cluster, operators under the mpi-operator ServiceAccount, a
+run of MPIJobs, and the invariants checked against the API server's audit log (the ground truth of what
+the operator wrote) and the final state.
+
+Used by tests/chaos (short runs, CI) and benchmarks/chaos_bench.py (the full runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from localcluster import ClusterSpec, LocalCluster, pki
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.operator import OperatorRunner
+from reconcile.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
+
+REPO = Path(__file__).resolve().parents[2]
+SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
+LOCK_NS = "mpi-operator"
+KNOB = "localcluster.mpijob.dev/"
+# Short lease timings so a killed leader's Lease expires in seconds (defaults: 15 / 5 / 3).
+LEASE_FLAGS = (
+    "--leader-elect-lease-duration=4",
+    "--leader-elect-renew-deadline=2.5",
+    "--leader-elect-retry-period=0.5",
+)
+UA = re.compile(r"^mpi-operator(/leader-election)? \((?P<id>[^)]+)\)")
+CHILD_PLURALS = ("pods", "services", "configmaps", "secrets", "jobs")
+
+
+def ts(text: str) -> float:
+    """An audit timestamp (RFC 3339, microseconds) as epoch seconds."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def kubectl(cluster: LocalCluster, *args: str) -> str:
+    out = subprocess.run(
+        ["kubectl", *args], env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=120
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+# -- the cluster ------------------------------------------------------------------------------------------
+class ChaosCluster:
+    """An L2 cluster with the audit log on, deploy/base-no-operator applied, and kubeconfigs for the
+    operator: straight to the API server, or to a fault proxy in between."""
+
+    def __init__(self, nodes: int = 2) -> None:
+        self.cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True))
+        self.admin: Kube | None = None
+
+    def start(self) -> ChaosCluster:
+        self.cluster.start()
+        kubectl(self.cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        api = self.cluster.api_client()
+        wait_for_crds(api, ["mpijobs.kubeflow.org"])
+        self.admin = Kube(api, qps=0)
+        self.sa_kubeconfig = self.cluster.write_user_kubeconfig(SA_USER)
+        self._proxy_certs()
+        return self
+
+    def stop(self) -> None:
+        if self.admin is not None:
+            self.admin.api_client.close()
+        self.cluster.stop()
+
+    @property
+    def work_dir(self) -> Path:
+        return self.cluster.work_dir
+
+    def _proxy_certs(self) -> None:
+        d = self.cluster.pki_dir
+        ca = pki.CertificateAuthority.load(d / "ca.crt", d / "ca.key")
+        cert, key = ca.issue("fault-proxy", server_names=("127.0.0.1", "localhost"))
+        self.proxy_server_cert, self.proxy_server_key = pki._write_pair(d, "fault-proxy", cert, key)
+        groups = ("system:serviceaccounts", "system:serviceaccounts:mpi-operator")
+        cert, key = ca.issue(SA_USER, groups, client=True)
+        self.sa_cert, self.sa_key = pki._write_pair(d, "operator-sa", cert, key)
+        self._ca = ca
+
+    def proxy_kubeconfig(self, url: str) -> Path:
+        path = self.work_dir / "users" / "operator-via-proxy.kubeconfig"
+        return pki.write_kubeconfig(
+            path,
+            server=url,
+            ca_pem=self._ca.cert_pem,
+            cert_pem=self.sa_cert.read_bytes(),
+            key_pem=self.sa_key.read_bytes(),
+            user=SA_USER,
+        )
+
+    def proxy_args(self) -> dict[str, Path]:
+        d = self.cluster.pki_dir
+        return {
+            "ca": d / "ca.crt",
+            "server_cert": self.proxy_server_cert,
+            "server_key": self.proxy_server_key,
+            "client_cert": self.sa_cert,
+            "client_key": self.sa_key,
+        }
+
+    def namespace(self, name: str) -> str:
+        assert self.admin is not None
+        self.admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+        from kubernetes import client
+
+        wait_for_default_service_account(client.CoreV1Api(self.admin.api_client), name)
+        return name
+
+    def operator(self, name: str, *flags: str, kubeconfig: Path | None = None) -> OperatorRunner:
+        return OperatorRunner(
+            kubeconfig or self.sa_kubeconfig,
+            self.work_dir / "logs" / f"operator-{name}.log",
+            *LEASE_FLAGS,
+            *flags,
+            log_format="json",
+        )
+
+    def audit(self, since: float = 0.0) -> list[dict[str, Any]]:
+        out = []
+        with contextlib.suppress(FileNotFoundError), self.cluster.audit_log.open() as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill -9 of kube-apiserver
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                if ts(event["requestReceivedTimestamp"]) >= since:
+                    out.append(event)
+        return out
+
+
+# -- the jobs -------------------------------------------------------------------------------------------
+def mpijob(name: str, workers: int = 2, launcher_delay: str = "2s") -> dict[str, Any]:
+    image = "mpioperator/mpi-pi:openmpi"
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"annotations": {f"{KNOB}delay": launcher_delay}},
+                        "spec": {"containers": [{"name": "launcher", "image": image, "command": ["mpirun"]}]},
+                    },
+                },
+                "Worker": {
+                    "replicas": workers,
+                    "template": {"spec": {"containers": [{"name": "worker", "image": image}]}},
+                },
+            },
+        },
+    }
+
+
+def wanted_children(name: str, workers: int) -> dict[tuple[str, str], str]:
+    """(resource plural, name) -> role, for every child the operator must create for a job."""
+    out = {
+        ("services", name): "dep",
+        ("configmaps", f"{name}-config"): "dep",
+        ("secrets", f"{name}-ssh"): "dep",
+        ("jobs", f"{name}-launcher"): "launcher",
+    }
+    out.update({("pods", f"{name}-worker-{i}"): "dep" for i in range(workers)})
+    return out
+
+
+class StatusRecorder:
+    """Watches the namespace's MPIJobs and keeps every version's status (to find regressions)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-recorder", daemon=True)
+        self._rv = ""
+
+    def start(self) -> StatusRecorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            query: dict[str, Any] = {"watch": "true", "timeoutSeconds": 5, "allowWatchBookmarks": "true"}
+            if self._rv:
+                query["resourceVersion"] = self._rv
+            try:
+                for line in self.kube.stream_lines(MPIJOB.path(self.namespace), query, timeout=(5, 15)):
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        self._rv = ""
+                        break
+                    self._rv = (obj.get("metadata") or {}).get("resourceVersion", self._rv)
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self.history[obj["metadata"]["name"]].append(obj.get("status") or {})
+                    if self._stop.is_set():
+                        return
+            except Exception:
+                self._stop.wait(0.5)
+
+    def regressions(self) -> list[str]:
+        """Succeeded/Failed never revert, completionTime never changes once set, Created never goes back
+        to absent or False -- except False with reason FailedCreate while a create is retried (issue 12's
+        deliberate signal), which must end True again (see ``flaps``)."""
+        out = []
+        for name, statuses in self.history.items():
+            seen: set[str] = set()
+            completion = None
+            for st in statuses:
+                conds = {c["type"]: c for c in st.get("conditions") or []}
+                true = {t for t, c in conds.items() if c.get("status") == "True"}
+                for sticky in ("Created", "Succeeded", "Failed"):
+                    if sticky not in seen or sticky in true:
+                        continue
+                    if sticky == "Created" and ("Failed" in true or _failed_create(conds)):
+                        continue
+                    out.append(f"{name}: {sticky} went from True to not True")
+                seen |= true & {"Created", "Succeeded", "Failed"}
+                if completion and st.get("completionTime") != completion:
+                    out.append(f"{name}: completionTime changed {completion} -> {st.get('completionTime')}")
+                completion = completion or st.get("completionTime")
+            last = {c["type"]: c for c in (statuses[-1].get("conditions") or [])} if statuses else {}
+            if _failed_create(last):
+                out.append(f"{name}: still Created=False FailedCreate at the end")
+        return out
+
+    def flaps(self) -> int:
+        """Status versions with Created=False/FailedCreate after Created was True (transient creates)."""
+        n = 0
+        for statuses in self.history.values():
+            created = False
+            for st in statuses:
+                conds = {c["type"]: c for c in st.get("conditions") or []}
+                if created and _failed_create(conds):
+                    n += 1
+                created = created or (conds.get("Created") or {}).get("status") == "True"
+        return n
+
+
+def _failed_create(conds: dict[str, dict[str, Any]]) -> bool:
+    c = conds.get("Created") or {}
+    return c.get("status") == "False" and c.get("reason") == "FailedCreate"
+
+
+def submit(kube: Kube, namespace: str, names: list[str], workers: int = 2) -> dict[str, str]:
+    uids = {}
+    for name in names:
+        obj = kube.create(MPIJOB, namespace, mpijob(name, workers))
+        uids[name] = obj["metadata"]["uid"]
+    return uids
+
+
+def succeeded(kube: Kube, namespace: str) -> set[str]:
+    try:
+        items = kube.list(MPIJOB, namespace)["items"]
+    except (ApiError, OSError, Exception):
+        return set()
+    return {
+        o["metadata"]["name"]
+        for o in items
+        if any(
+            c["type"] == "Succeeded" and c["status"] == "True"
+            for c in (o.get("status") or {}).get("conditions") or []
+        )
+    }
+
+
+def wait_all_succeeded(kube: Kube, namespace: str, names: list[str], timeout: float) -> set[str]:
+    """Wait until every job succeeded or the timeout; the jobs that did not (stuck)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if set(names) <= succeeded(kube, namespace):
+            return set()
+        time.sleep(1)
+    return set(names) - succeeded(kube, namespace)
+
+
+# -- the invariants -------------------------------------------------------------------------------------
+@attrs.define
+class Report:
+    scenario: str
+    jobs: int
+    faults: dict[str, int] = attrs.field(factory=dict)
+    lost: list[str] = attrs.field(factory=list)
+    duplicates: list[str] = attrs.field(factory=list)
+    orphans: list[str] = attrs.field(factory=list)
+    stuck: list[str] = attrs.field(factory=list)
+    status_regressions: list[str] = attrs.field(factory=list)
+    non_leader_writes: list[str] = attrs.field(factory=list)
+    launcher_before_deps: list[str] = attrs.field(factory=list)
+    exits: list[str] = attrs.field(factory=list)  # operators that exited on their own
+    operator_writes: int = 0
+    extra: dict[str, Any] = attrs.field(factory=dict)
+
+    def problems(self) -> dict[str, list[str]]:
+        keys = (
+            "lost",
+            "duplicates",
+            "orphans",
+            "stuck",
+            "status_regressions",
+            "non_leader_writes",
+            "launcher_before_deps",
+            "exits",
+        )
+        return {k: getattr(self, k) for k in keys if getattr(self, k)}
+
+    def summary(self) -> dict[str, Any]:
+        counts = {k: len(getattr(self, k)) for k in ("lost", "duplicates", "orphans", "stuck")}
+        counts.update(
+            status_regressions=len(self.status_regressions),
+            non_leader_writes=len(self.non_leader_writes),
+            launcher_before_deps=len(self.launcher_before_deps),
+            exits=len(self.exits),
+        )
+        return {
+            "scenario": self.scenario,
+            "jobs": self.jobs,
+            "faults": dict(self.faults),
+            **counts,
+            "operator_writes": self.operator_writes,
+            **self.extra,
+        }
+
+
+def identity_of(event: dict[str, Any]) -> tuple[str, bool] | None:
+    """(holder identity, is the lease client) of an operator request, from its user agent."""
+    m = UA.match(event.get("userAgent") or "")
+    return (m.group("id"), bool(m.group(1))) if m else None
+
+
+def lease_timeline(events: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """(time, holder) of every successful write of the operator's Lease, in order ("" = released)."""
+    out = []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if ref.get("resource") != "leases" or ref.get("namespace") != LOCK_NS:
+            continue
+        if (e.get("responseStatus") or {}).get("code") not in (200, 201):
+            continue
+        holder = ((e.get("requestObject") or {}).get("spec") or {}).get("holderIdentity") or ""
+        out.append((ts(e["stageTimestamp"]), holder))
+    out.sort()
+    return out
+
+
+def holder_at(timeline: list[tuple[float, str]], t: float) -> str:
+    holder = ""
+    for when, who in timeline:
+        if when > t:
+            break
+        holder = who
+    return holder
+
+
+def operator_writes(events: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """The operator's writes (not its Lease's) in ``namespace``, sent to the API server."""
+    out = []
+    for e in events:
+        who = identity_of(e)
+        if who is None or who[1]:
+            continue
+        if (e.get("objectRef") or {}).get("namespace") != namespace:
+            continue
+        out.append(e)
+    return out
+
+
+def check(
+    cc: ChaosCluster,
+    scenario: str,
+    namespace: str,
+    uids: dict[str, str],
+    workers: int,
+    since: float,
+    stuck: set[str],
+    recorder: StatusRecorder,
+) -> Report:
+    assert cc.admin is not None
+    events = cc.audit(since)
+    writes = operator_writes(events, namespace)
+    timeline = lease_timeline(cc.audit(0))
+    report = Report(scenario, len(uids), stuck=sorted(stuck), operator_writes=len(writes))
+    report.status_regressions = recorder.regressions()
+    report.extra["created_false_failedcreate_versions"] = recorder.flaps()
+
+    # no write by a non-leader: the Lease's holder when the API server received the write
+    for e in writes:
+        who = identity_of(e)
+        assert who is not None
+        holder = holder_at(timeline, ts(e["requestReceivedTimestamp"]))
+        if holder != who[0]:
+            ref = e["objectRef"]
+            what = f"{e['verb']} {ref.get('resource')}/{ref.get('name')}"
+            report.non_leader_writes.append(f"{what} by {who[0][-8:]} while {holder[-8:] or 'nobody'} led")
+
+    creates: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for e in writes:
+        if e["verb"] != "create" or (e.get("responseStatus") or {}).get("code") != 201:
+            continue
+        ref = e["objectRef"]
+        name = ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name")
+        creates[(ref["resource"], name)].append(e)
+    for (plural, name), made in creates.items():
+        if plural in CHILD_PLURALS and len(made) > 1:
+            report.duplicates.append(f"{plural}/{name} created {len(made)} times")
+
+    for job in uids:
+        wanted = wanted_children(job, workers)
+        deps_done = []
+        launcher_at = None
+        for key, role in wanted.items():
+            made = creates.get(key)
+            if not made:
+                report.lost.append(f"{key[0]}/{key[1]} never created")
+                continue
+            if role == "launcher":
+                launcher_at = ts(made[0]["requestReceivedTimestamp"])
+            else:
+                deps_done.append((ts(made[0]["stageTimestamp"]), key))
+        if launcher_at is not None:
+            late = [f"{k[0]}/{k[1]}" for t, k in deps_done if t > launcher_at]
+            missing = len(deps_done) < len(wanted) - 1
+            if late or missing:
+                report.launcher_before_deps.append(f"{job}: launcher before {late or 'a missing dependency'}")
+
+    # orphans: children of no job of ours, and workers left running after their job finished
+    job_uids = set(uids.values())
+    for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB):
+        for o in cc.admin.list(res, namespace)["items"]:
+            meta = o["metadata"]
+            if res is CONFIGMAP and meta["name"] == "kube-root-ca.crt":
+                continue
+            refs = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+            owner = refs[0]["uid"] if refs else ""
+            if res is POD and refs and refs[0]["kind"] == "Job":
+                continue  # a launcher pod belongs to its Job (the garbage collector's business)
+            if owner not in job_uids:
+                report.orphans.append(f"{res.plural}/{meta['name']} owned by {owner or 'nobody'}")
+            elif res is POD and not meta.get("deletionTimestamp"):
+                report.orphans.append(f"pods/{meta['name']}: a worker left after its job finished")
+    report.extra["operator_write_codes"] = dict(Counter(str(e["responseStatus"].get("code")) for e in writes))
+    return report
+
+
+@contextlib.contextmanager
+def running(*operators: OperatorRunner) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for op in operators:
+            op.stop(timeout=10)

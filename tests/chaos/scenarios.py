@@ -1,0 +1,206 @@
+"""The chaos scenarios, each a function of its size and seed returning a ``Report``: tests/chaos runs them
+short, benchmarks/chaos_bench.py at full size."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from localcluster.operator import OperatorRunner
+from reconcile.kube import POD as POD_RES
+from tests.chaos.faultproxy import FaultProxy
+from tests.chaos.harness import (
+    LOCK_NS,
+    ChaosCluster,
+    Report,
+    StatusRecorder,
+    check,
+    holder_at,
+    identity_of,
+    lease_timeline,
+    operator_writes,
+    running,
+    submit,
+    ts,
+    wait_all_succeeded,
+)
+
+WORKERS = 2
+TIMEOUT = 240.0
+
+
+def _names(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _exited(report: Report, *ops: OperatorRunner) -> None:
+    for op in ops:
+        if not op.alive():
+            report.exits.append(f"{op.log_path.name} exited with {op.returncode()}:\n{op.log_tail(3000)}")
+
+
+def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:
+    """Until the finished jobs' workers are gone (cleanPodPolicy Running), or the timeout."""
+    assert cc.admin is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = cc.admin.list(POD_RES, namespace, labelSelector="training.kubeflow.org/job-role=worker")[
+            "items"
+        ]
+        if not pods:
+            return
+        time.sleep(1)
+
+
+def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int = 1) -> Report:
+    """One operator behind the fault proxy: a share of its requests fail, every watch is cut."""
+    assert cc.admin is not None
+    ns = cc.namespace(f"chaos-proxy-{seed}")
+    since = time.time()
+    with FaultProxy(cc.cluster.server, rate=rate, seed=seed, **cc.proxy_args()) as proxy:
+        op = cc.operator("proxy", kubeconfig=cc.proxy_kubeconfig(proxy.url))
+        recorder = StatusRecorder(cc.admin, ns).start()
+        with running(op):
+            op.start(timeout=120)
+            names = _names("p", jobs)
+            uids = submit(cc.admin, ns, names, WORKERS)
+            stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+            _settle(cc, ns)
+            time.sleep(2)
+            report = check(cc, "fault proxy", ns, uids, WORKERS, since, stuck, recorder)
+            report.faults = dict(proxy.counts)
+            _exited(report, op)
+        recorder.stop()
+    return report
+
+
+def kill9(cc: ChaosCluster, jobs: int = 12, kills: int = 3, seed: int = 2) -> Report:
+    """kill -9 of the operator at random moments (seeded) while it builds and runs the jobs."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    ns = cc.namespace(f"chaos-kill-{seed}")
+    since = time.time()
+    recorder = StatusRecorder(cc.admin, ns).start()
+    op = cc.operator("kill9", "--kube-api-qps=10", "--kube-api-burst=10")
+    with running(op):
+        op.start(timeout=120)
+        names = _names("k", jobs)
+        uids = submit(cc.admin, ns, names, WORKERS)
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.5, 4.0))
+            op.kill()
+            op.start(wait=False)  # a new identity: it waits for the dead one's Lease to expire
+        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+        _settle(cc, ns)
+        time.sleep(2)
+        report = check(cc, "kill -9", ns, uids, WORKERS, since, stuck, recorder)
+        report.faults = {"kill -9": kills}
+        _exited(report, op)
+    recorder.stop()
+    return report
+
+
+def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
+    """Two replicas; SIGTERM to the leader while it has a backlog. Measures the hand-over (SIGTERM until
+    the standby's Lease write), the old leader's writes after SIGTERM and after the Lease moved, and the
+    new leader's time from its Lease write to its first write."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    ns = cc.namespace(f"chaos-term-{seed}")
+    since = time.time()
+    recorder = StatusRecorder(cc.admin, ns).start()
+    # The default Lease timings (15 s / 5 s / 3 s): the standby polls only every 3 s, so a quick hand-over
+    # shows that it watches the Lease and takes it as soon as it is released.
+    default_timings = (
+        "--leader-elect-lease-duration=15",
+        "--leader-elect-renew-deadline=5",
+        "--leader-elect-retry-period=3",
+    )
+    a = cc.operator("term-a", *default_timings)
+    b = cc.operator("term-b", *default_timings)
+    with running(a, b):
+        a.start(timeout=120)  # a leads (b has not started yet)
+        b.start(wait=False)
+        time.sleep(2)
+        names = _names("t", jobs)
+        uids = submit(cc.admin, ns, names, WORKERS)
+        # let the leader get going, then SIGTERM while most of the backlog is still queued
+        deadline = time.monotonic() + 60
+        while len(operator_writes(cc.audit(since), ns)) < 15 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0.0, 1.0))
+        sigterm = time.time()
+        code = a.stop(timeout=20)
+        exited = time.time()
+        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+        _settle(cc, ns)
+        time.sleep(2)
+        report = check(cc, "leader SIGTERM, two replicas", ns, uids, WORKERS, since, stuck, recorder)
+        events = cc.audit(since)
+        timeline = lease_timeline(cc.audit(0))
+        old = holder_at(timeline, sigterm)
+        moved = next(((t, who) for t, who in timeline if t > sigterm and who and who != old), None)
+        writes = operator_writes(events, ns)
+        by_old = [e for e in writes if identity_of(e) and identity_of(e)[0] == old]  # type: ignore[index]
+        after_sigterm = [e for e in by_old if ts(e["requestReceivedTimestamp"]) > sigterm]
+        report.extra.update(
+            backlog_at_sigterm=jobs * (4 + WORKERS)
+            - sum(1 for e in by_old if e["verb"] == "create" and e["responseStatus"].get("code") == 201),
+            old_leader_exit_code=code,
+            old_leader_exit_s=round(exited - sigterm, 3),
+            old_leader_writes_after_sigterm=len(after_sigterm),
+        )
+        if moved is not None:
+            new = moved[1]
+            first = min(
+                (ts(e["requestReceivedTimestamp"]) for e in writes if identity_of(e)[0] == new),  # type: ignore[index]
+                default=None,
+            )
+            report.extra.update(
+                handover_s=round(moved[0] - sigterm, 3),
+                old_leader_writes_after_lease_moved=sum(
+                    1 for e in by_old if ts(e["requestReceivedTimestamp"]) > moved[0]
+                ),
+                leader_to_first_write_s=None if first is None else round(first - moved[0], 3),
+            )
+        else:
+            report.extra["handover_s"] = None
+        report.faults = {"SIGTERM to the leader": 1}
+        if code != 0:
+            report.exits.append(f"the old leader exited with {code}")
+        _exited(report, b)
+    recorder.stop()
+    return report
+
+
+def apiserver_restart(cc: ChaosCluster, jobs: int = 8, restarts: int = 1, seed: int = 4) -> Report:
+    """kube-apiserver SIGKILLed and started again (same port, same etcd) while the operator runs."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    ns = cc.namespace(f"chaos-apiserver-{seed}")
+    since = time.time()
+    recorder = StatusRecorder(cc.admin, ns).start()
+    op = cc.operator("apiserver")
+    downtime = []
+    with running(op):
+        op.start(timeout=120)
+        names = _names("a", jobs)
+        uids = submit(cc.admin, ns, names, WORKERS)
+        for _ in range(restarts):
+            time.sleep(rng.uniform(1.0, 4.0))
+            downtime.append(round(cc.cluster.restart_apiserver(kill=True), 2))
+        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+        _settle(cc, ns)
+        time.sleep(2)
+        report = check(cc, "kube-apiserver SIGKILL + restart", ns, uids, WORKERS, since, stuck, recorder)
+        report.faults = {"kube-apiserver SIGKILL": restarts}
+        report.extra["apiserver_down_s"] = downtime
+        report.extra["transient_errors"] = (
+            op.metric("mpi_operator_transient_errors_total") if op.alive() else None
+        )
+        _exited(report, op)
+    recorder.stop()
+    return report
+
+
+__all__ = ["LOCK_NS", "apiserver_restart", "faulty_proxy", "kill9", "sigterm_handover"]

@@ -1,0 +1,58 @@
+"""Chaos tier (short runs; benchmarks/chaos_bench.py runs them full size): an audited L2 cluster whose
+audit log of the operator's writes is the ground truth. Each scenario asserts: no lost, duplicate or
+orphaned child, no stuck job, no status regression, no write by a non-leader, no exit on transient errors,
+the launcher never before its dependencies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.chaos import scenarios
+from tests.chaos.harness import ChaosCluster, Report
+
+pytestmark = [pytest.mark.chaos, pytest.mark.l2]
+
+
+@pytest.fixture(scope="module")
+def chaos_cluster(request: pytest.FixtureRequest) -> Iterator[ChaosCluster]:
+    from tests.conftest import _skip_cluster
+
+    if _skip_cluster(request.config):
+        pytest.skip("--skip-cluster given")
+    cc = ChaosCluster().start()
+    try:
+        yield cc
+    finally:
+        cc.stop()
+
+
+def assert_clean(report: Report) -> None:
+    print("\n[chaos] " + json.dumps(report.summary()))
+    assert report.problems() == {}, json.dumps(report.problems(), indent=1)[:6000]
+
+
+def test_fault_proxy(chaos_cluster):
+    report = scenarios.faulty_proxy(chaos_cluster, jobs=8, rate=0.1)
+    assert_clean(report)
+    assert sum(report.faults.values()) > 0, "no fault was injected"
+
+
+def test_kill9_at_random_moments(chaos_cluster):
+    assert_clean(scenarios.kill9(chaos_cluster, jobs=10, kills=3))
+
+
+def test_leader_sigterm_with_a_backlog(chaos_cluster):
+    report = scenarios.sigterm_handover(chaos_cluster, jobs=16)
+    assert_clean(report)
+    extra = report.extra
+    assert extra["handover_s"] is not None, "the standby never took the Lease"
+    assert extra["old_leader_writes_after_lease_moved"] == 0
+    assert extra["backlog_at_sigterm"] >= 15, "no backlog when SIGTERM came"
+
+
+def test_apiserver_sigkill_and_restart(chaos_cluster):
+    report = scenarios.apiserver_restart(chaos_cluster, jobs=6)
+    assert_clean(report)

@@ -1,0 +1,75 @@
+"""L1: the namespace-scoped install (deploy/namespaced) gives the operator Roles in its watched namespaces
+and nothing cluster-wide: it cannot read Secrets elsewhere (issue 12, item 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.test_crd import GROUP, OPERATOR_SA, _can, _user_client, crd_install, kubectl
+from tools.manifests import DEPLOY
+
+pytestmark = pytest.mark.l1
+__all__ = ["crd_install"]  # the fixture, shared with test_crd
+
+
+@pytest.fixture(scope="module")
+def namespaced(l1_cluster, crd_install) -> Iterator[Any]:
+    """The overlay applied; the default install's ClusterRoleBinding (other tests of this cluster apply
+    it) removed while these tests run, and put back after."""
+    kubectl(l1_cluster, "create", "namespace", "team-a", check=False)
+    kubectl(l1_cluster, "delete", "clusterrolebinding", "mpi-operator", "--ignore-not-found")
+    # the Deployment is applied as a dry run (no image exists here), the rest for real
+    text = kubectl(l1_cluster, "kustomize", str(DEPLOY / "namespaced")).stdout
+    rendered = [d for d in yaml.safe_load_all(text) if d]
+    real = [d for d in rendered if d["kind"] != "Deployment"]
+    kubectl(
+        l1_cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(real)
+    )
+    out = kubectl(
+        l1_cluster, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-", stdin=text
+    )
+    yield l1_cluster, rendered, out
+    kubectl(l1_cluster, "apply", "--server-side", "--force-conflicts", "-k", str(DEPLOY / "base-no-operator"))
+
+
+def test_the_overlay_has_no_cluster_role_for_the_operator_and_passes_a_server_dry_run(namespaced):
+    _, rendered, out = namespaced
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    assert ("ClusterRole", "mpi-operator") not in kinds and (
+        "ClusterRoleBinding",
+        "mpi-operator",
+    ) not in kinds
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    assert "--namespace=team-a" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "deployment.apps/mpi-operator serverside-applied (server dry run)" in out.stdout
+
+
+def test_the_operator_may_act_in_its_namespace_only(namespaced):
+    cluster, _, _ = namespaced
+    api = _user_client(cluster, OPERATOR_SA)
+    try:
+        for verb, resource, group in [
+            ("list", "secrets", ""),
+            ("watch", "pods", ""),
+            ("create", "pods", ""),
+            ("create", "jobs", "batch"),
+            ("list", "mpijobs", GROUP),
+            ("update", "mpijobs/status", GROUP),
+            ("create", "events", ""),
+        ]:
+            assert _can(api, verb, resource, "team-a", "", group), (verb, resource)
+        for verb, resource, namespace, group in [
+            ("list", "secrets", "", ""),
+            ("get", "secrets", "default", ""),
+            ("list", "secrets", "kube-system", ""),
+            ("list", "pods", "", ""),
+            ("list", "mpijobs", "", GROUP),
+            ("list", "priorityclasses", "", "scheduling.k8s.io"),
+        ]:
+            assert not _can(api, verb, resource, namespace, "", group), (verb, resource, namespace)
+    finally:
+        api.close()

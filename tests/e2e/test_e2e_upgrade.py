@@ -1,0 +1,140 @@
+"""L2: upgrading an upstream v0.8.2 install in place, standalone and Kubeflow.
+
+Each case gets a local cluster of its own (the install rewrites cluster-wide RBAC). Upstream's manifests
+(the released module from the Go module proxy, built with `kubectl kustomize`, the Deployment's image set
+to ours) go in first, a job runs, then ours are applied over them exactly as the README says: the apply
+succeeds (the Deployment's selector is upstream's), the job, its pods and its launcher Job keep their uids,
+and the operator, restarted under the same ServiceAccount with our RBAC, takes the job to Succeeded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import ClusterSpec, LocalCluster
+from localcluster.cluster import wait_for_default_service_account
+from reconcile.kube import JOB, MPIJOB, POD, Kube
+from tests.e2e.conftest import HOLD, KNOB, REPO, OperatorProcess, condition_is, pi_job
+from tests.upstream_source import upstream_manifests
+
+pytestmark = pytest.mark.l2
+
+# (upstream's overlay, ours, the install namespace)
+VARIANTS = {
+    "standalone": ("overlays/standalone", "deploy", "mpi-operator"),
+    "kubeflow": ("overlays/kubeflow", "deploy/overlays/kubeflow", "kubeflow"),
+}
+UPSTREAM_SELECTOR = {
+    "app": "mpi-operator",
+    "app.kubernetes.io/component": "mpijob",
+    "app.kubernetes.io/name": "mpi-operator",
+    "kustomize.component": "mpi-operator",
+}
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**cluster.env()},
+        timeout=180,
+    )
+
+
+def wait(fn, what: str, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_cluster, tmp_path):
+    upstream_variant, ours, ns = VARIANTS[variant]
+    cluster = own_cluster
+    api = cluster.api_client()
+    kube = Kube(api, qps=0)
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    if ns == "kubeflow":  # a Kubeflow install brings its namespace; upstream's overlay does not create it
+        core.create_namespace({"metadata": {"name": ns}})
+
+    docs = upstream_manifests(cluster.bin_dir / "kubectl", upstream_variant, tmp_path)
+    for d in docs:
+        if d["kind"] == "Deployment":
+            d["spec"]["template"]["spec"]["containers"][0]["image"] = "mpijob-operator:0.1.0"
+    out = kubectl(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    assert out.returncode == 0, out.stderr
+    crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org"
+    wait(
+        lambda: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (kube.request("GET", crd_path).get("status") or {}).get("conditions") or []
+        ),
+        "CRD established",
+    )
+
+    core.create_namespace({"metadata": {"name": "jobs"}})
+    wait_for_default_service_account(core, "jobs")
+    admin = OperatorProcess(cluster, tmp_path / "operator.log")
+    admin.kubeconfig = cluster.kubeconfig  # upstream's RBAC is not what our operator needs: run it as admin
+    admin.start("--namespace=jobs", f"--lock-namespace={ns}")
+    try:
+        job = kube.create(MPIJOB, "jobs", pi_job(launcher_annotations=HOLD))
+        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Running"), "Running")
+    finally:
+        admin.stop()  # as the rollout replaces the old operator pod
+    pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(POD, "jobs")["items"]}
+    launcher_uid = kube.get(JOB, "jobs", "pi-launcher")["metadata"]["uid"]
+
+    # The upgrade, as the README says. It failed before: "spec.selector: ... field is immutable".
+    out = kubectl(cluster, "apply", "--server-side", "-k", str(REPO / ours))
+    assert out.returncode == 0, out.stderr
+    deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/mpi-operator")
+    assert deployment["spec"]["selector"]["matchLabels"] == UPSTREAM_SELECTOR
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--lock-namespace={ns}" in args and "-alsologtostderr" not in args
+    crd = kube.request("GET", crd_path)
+    assert crd["spec"]["versions"][0].get("additionalPrinterColumns"), "our CRD is installed"
+    if ns == "kubeflow":
+        assert "pod-security.kubernetes.io/enforce" not in (core.read_namespace(ns).metadata.labels or {})
+
+    assert kube.get(MPIJOB, "jobs", "pi")["metadata"]["uid"] == job["metadata"]["uid"]
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(POD, "jobs")["items"]} == pods
+    assert kube.get(JOB, "jobs", "pi-launcher")["metadata"]["uid"] == launcher_uid
+
+    # Our operator under the same ServiceAccount, now with our RBAC, finishes the job.
+    sa = OperatorProcess(cluster, tmp_path / "operator.log")
+    sa.kubeconfig = cluster.write_user_kubeconfig(f"system:serviceaccount:{ns}:mpi-operator")
+    sa.start("--namespace=jobs", f"--lock-namespace={ns}")
+    try:
+        for pod in kube.list(POD, "jobs", labelSelector="training.kubeflow.org/job-role=launcher")["items"]:
+            kube.patch(
+                POD, "jobs", pod["metadata"]["name"], {"metadata": {"annotations": {f"{KNOB}hold": None}}}
+            )
+        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "Succeeded")
+    finally:
+        sa.stop()
+    api.close()

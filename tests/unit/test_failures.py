@@ -1,0 +1,294 @@
+"""Failures that must reach the user (issue 12): a sync that keeps failing, a child the API server refuses
+for good (422) or for now (quota, conflicts, 5xx, 429), and a wanted name held by a foreign object."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+import render
+from reconcile import controller as controller_mod
+from reconcile.children import CREATE_RULES, FIELD_MANAGER
+from reconcile.engine.executor import CreateRules, execute
+from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
+from reconcile.events import EventRecorder
+from reconcile.kube import ApiError
+from reconcile.metrics import Metrics
+from render import Config, Observed
+from render.observed import CreateFailure
+from tests.unit.render_helpers import BASE, KEY, NOW
+from tests.unit.test_controller import FakeKube
+from tests.unit.test_executor import FakeDynamic
+
+# ------------------------------------------------------------------------------------------- executor
+SVC = ObjectKey("", "Service", "ns", "pi")
+WORKERS = [ObjectKey("", "Pod", "ns", f"pi-worker-{i}") for i in range(3)]
+LAUNCHER = ObjectKey("batch", "Job", "ns", "pi-launcher")
+
+
+def _body(key: ObjectKey) -> dict:
+    return {"kind": key.kind, "metadata": {"name": key.name, "namespace": key.namespace}}
+
+
+def _plan(*, conflicts: tuple[Conflict, ...] = ()) -> Plan:
+    keys = [SVC, *WORKERS, LAUNCHER]
+    return Plan(creates=tuple(Create(k, "v1", _body(k)) for k in keys), conflicts=conflicts)
+
+
+def _dyn(fail: dict) -> FakeDynamic:
+    fake = FakeDynamic(fail)
+    fake.resources.known |= {"Service", "Job"}
+    return fake
+
+
+def _invalid() -> ApiException:
+    body = {
+        "reason": "Invalid",
+        "message": 'Pod "pi-worker-1" is invalid: spec.containers[0].ports[0].containerPort: Invalid value',
+        "details": {
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "spec.containers[0].ports[0].containerPort",
+                    "message": "Invalid value: 70000: must be between 1 and 65535, inclusive",
+                }
+            ]
+        },
+    }
+    return ApiException(status=422, reason="Unprocessable Entity", body=json.dumps(body))
+
+
+def _created(fake: FakeDynamic) -> list[str]:
+    return [kw["body"]["metadata"]["name"] for verb, kw in fake.calls if verb == "create"]
+
+
+def test_an_invalid_child_is_permanent_and_nothing_is_created_after_it():
+    fake = _dyn({("create", "pi-worker-1"): _invalid()})
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1"]
+    (failure,) = result.failures
+    assert failure.permanent and failure.code == "422"
+    assert failure.causes == (
+        (
+            "spec.containers[0].ports[0].containerPort",
+            "Invalid value: 70000: must be between 1 and 65535, inclusive",
+        ),
+    )
+    assert result.skipped == (WORKERS[2], LAUNCHER)
+
+
+@pytest.mark.parametrize("code", [403, 409, 429, 500, 503])
+def test_a_transient_failure_is_not_permanent_and_holds_the_launcher_back(code):
+    reason = "Forbidden" if code == 403 else "Conflict"
+    exc = ApiException(
+        status=code, reason=reason, body=json.dumps({"reason": reason, "message": "exceeded quota"})
+    )
+    fake = _dyn({("create", "pi-worker-2"): exc})
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    assert "pi-launcher" not in _created(fake)
+    assert result.skipped == (LAUNCHER,)
+    assert not result.permanent_failures and not result.ok
+
+
+def test_without_rules_the_engine_creates_everything_it_can():
+    fake = _dyn({("create", "pi-worker-1"): _invalid()})
+    result = execute(_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2", "pi-launcher"]
+    assert not result.permanent_failures
+
+
+def test_launcher_waits_for_every_other_create_even_without_stop_on_failure():
+    fake = _dyn({("create", "pi-worker-0"): _invalid()})
+    rules = CreateRules(last_kinds=frozenset({"Job"}))
+    execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
+
+
+def test_no_create_while_a_wanted_name_is_held():
+    fake = _dyn({})
+    held = (Conflict(WORKERS[1], "v1", "foreign-uid", ""),)
+    result = execute(_plan(conflicts=held), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    assert _created(fake) == []
+    assert len(result.skipped) == 5
+
+
+def test_a_name_found_taken_stops_the_later_creates():
+    exists = ApiException(status=409, reason="Conflict", body=json.dumps({"reason": "AlreadyExists"}))
+    fake = _dyn({("create", "pi-worker-0"): exists})
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0"] and result.replan
+
+
+# ----------------------------------------------------------------------------------- status and render
+def _job() -> dict:
+    j = copy.deepcopy(BASE)
+    j["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "MPIJobCreated"}]}
+    return j
+
+
+def _observed(failure: CreateFailure | None, objects=()) -> Observed:
+    return Observed.from_objects(objects, now=NOW, fresh_ssh_key=KEY, create_failure=failure)
+
+
+def _cond(st: dict, ctype: str) -> dict:
+    return next(c for c in st["conditions"] if c["type"] == ctype)
+
+
+def test_a_permanent_refusal_fails_the_job_naming_the_mpijob_field():
+    refused = CreateFailure(
+        "Pod",
+        "pi-worker-1",
+        "422",
+        "invalid",
+        permanent=True,
+        causes=(
+            (
+                "spec.containers[0].ports[0].containerPort",
+                "Invalid value: 70000: must be between 1 and 65535",
+            ),
+        ),
+    )
+    st = render.status(_job(), _observed(refused), Config())
+    failed = _cond(st, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "ValidationError"
+    assert failed["message"] == (
+        "Found validation errors: spec.mpiReplicaSpecs[Worker].template.spec.containers[0].ports[0]."
+        "containerPort: Invalid value: 70000: must be between 1 and 65535 (the API server refused Pod "
+        "ns/pi-worker-1)"
+    )
+    assert "completionTime" in st
+    j = _job()
+    j["status"] = st
+    # finished: no launcher, no workers (a Pending worker is removed by the default cleanPodPolicy)
+    kinds = [c["kind"] for c in render.render(j, _observed(None), Config())]
+    assert "Job" not in kinds and "Pod" not in kinds
+    events = render.events(j, _job()["status"], st)
+    assert any(e.type == "Warning" and "containerPort" in e.message for e in events)
+
+
+def test_launcher_fields_map_to_the_launcher_spec():
+    refused = CreateFailure(
+        "Job", "pi-launcher", "422", "", True, (("spec.template.spec.containers[0].image", "Required value"),)
+    )
+    failed = _cond(render.status(_job(), _observed(refused), Config()), "Failed")
+    assert (
+        "spec.mpiReplicaSpecs[Launcher].template.spec.containers[0].image: Required value"
+        in failed["message"]
+    )
+
+
+def test_a_transient_refusal_is_created_false_until_it_clears():
+    refused = CreateFailure("Pod", "pi-worker-1", "403", 'pods "pi-worker-1" is forbidden: exceeded quota')
+    st = render.status(_job(), _observed(refused), Config())
+    created = _cond(st, "Created")
+    assert created["status"] == "False" and created["reason"] == "FailedCreate"
+    assert "exceeded quota" in created["message"] and "403" in created["message"]
+    assert not any(c["type"] == "Failed" for c in st["conditions"])
+    j = _job()
+    j["status"] = st
+    cleared = render.status(j, _observed(None), Config())
+    assert _cond(cleared, "Created")["status"] == "True"
+
+
+def test_a_held_name_before_the_start_renders_no_pod_and_no_launcher():
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pi-worker-1", "namespace": "ns", "uid": "someone-else"},
+    }
+    children = render.render(_job(), _observed(None, [foreign]), Config())
+    kinds = [c["kind"] for c in children]
+    assert "Pod" not in kinds and "Job" not in kinds
+    st = render.status(_job(), _observed(None, [foreign]), Config())
+    assert _cond(st, "Created")["reason"] == "ErrResourceExists"
+
+
+# ------------------------------------------------------------------------------------ controller loop
+def _controller(kube: FakeKube) -> controller_mod.Controller:
+    return controller_mod.Controller(
+        kube,  # type: ignore[arg-type]
+        render.Config(),
+        metrics=Metrics(),
+        recorder=EventRecorder(kube),  # type: ignore[arg-type]
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def _put(c: controller_mod.Controller, kube: FakeKube, name: str) -> None:
+    j = copy.deepcopy(BASE)
+    j["metadata"].update(name=name, uid=f"uid-{name}", resourceVersion="1")
+    kube.objects[("mpijobs", "ns", name)] = j
+    c.mpijobs.store.upsert(copy.deepcopy(j))
+
+
+def _errors(c: controller_mod.Controller, reason: str) -> float:
+    return c.metrics.registry.get_sample_value("mpi_operator_sync_errors_total", {"reason": reason}) or 0.0
+
+
+def test_a_sync_that_keeps_failing_is_counted_and_shown_on_the_job_and_others_are_served():
+    kube = FakeKube()
+    c = _controller(kube)
+    _put(c, kube, "bad")
+    _put(c, kube, "good")
+    served = []
+
+    def sync(key: str) -> None:
+        if key == "ns/bad":
+            raise OverflowError("date value out of range")
+        served.append(key)
+
+    c.sync = sync  # type: ignore[method-assign]
+    for _ in range(3):
+        c.process("ns/bad")
+        c.process("ns/good")
+    assert served == ["ns/good"] * 3
+    assert _errors(c, "OverflowError") == 3
+    events = [o for (plural, _, _), o in kube.objects.items() if plural == "events"]
+    (event,) = events  # aggregated: one Event, counted
+    assert event["reason"] == "SyncFailed" and event["type"] == "Warning"
+    assert "OverflowError: date value out of range" in event["message"]
+    assert event["involvedObject"]["name"] == "bad"
+    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    (cond,) = [x for x in status["conditions"] if x["type"] == "SyncFailed"]
+    assert cond["status"] == "True" and cond["reason"] == "OverflowError"
+    assert "date value out of range" in cond["message"]
+
+    c.sync = lambda key: None  # type: ignore[method-assign]
+    c.process("ns/bad")
+    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    (cond,) = [x for x in status["conditions"] if x["type"] == "SyncFailed"]
+    assert cond["status"] == "False"
+
+
+def test_a_failed_status_write_still_counts_and_tells():
+    kube = FakeKube()
+    c = _controller(kube)
+    _put(c, kube, "bad")
+    kube.fail["update"] = ApiError(422, "Unprocessable Entity", json.dumps({"message": "status invalid"}))
+
+    def sync(key: str) -> None:
+        raise ApiError(422, "Unprocessable Entity", json.dumps({"message": "status invalid"}))
+
+    c.sync = sync  # type: ignore[method-assign]
+    for _ in range(4):
+        c.process("ns/bad")
+    assert _errors(c, "ApiError422") == 4
+    assert any(plural == "events" for plural, _, _ in kube.objects)
+
+
+def test_wakeups_are_capped():
+    assert controller_mod.MAX_WAKEUP_SECONDS <= 24 * 3600
+
+
+def test_answers_go_to_on_done_and_are_not_kept_in_the_result():
+    fake = _dyn({})
+    seen = []
+    result = execute(_plan(), fake, FIELD_MANAGER, on_done=seen.append)  # type: ignore[arg-type]
+    assert [o.key for o in seen] == [SVC, *WORKERS, LAUNCHER]
+    assert all(o.object is not None for o in seen)
+    assert [o.key for o in result.done] == [SVC, *WORKERS, LAUNCHER]
+    assert all(o.object is None for o in result.done)

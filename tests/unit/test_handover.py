@@ -1,0 +1,222 @@
+"""Leader hand-over under load, offline: the fence in the client's request layer, the queue that stops
+handing out keys at once, and the elector that drains briefly while renewing, then releases."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from reconcile.fence import Fence, NotLeader
+from reconcile.kube import Kube
+from reconcile.leader import LeaderElector
+from reconcile.queue import ShutDown, WorkQueue
+from tests.unit.fakes import Clock, FakeKube
+
+
+class FakeRest:
+    """Stands in for the ApiClient's REST layer: records what was sent, with the time."""
+
+    def __init__(self, log: list, delay: float = 0.0) -> None:
+        self.log = log
+        self.delay = delay
+
+    def request(self, method, url, *args, **kwargs):
+        time.sleep(self.delay)
+        self.log.append(("sent", method, url, time.monotonic()))
+        return SimpleNamespace(status=200)
+
+
+def fenced_kube(log: list, fence: Fence, delay: float = 0.0) -> Kube:
+    api = SimpleNamespace(rest_client=FakeRest(log, delay), user_agent="")
+    return Kube(api, qps=0, fence=fence)  # type: ignore[arg-type]
+
+
+def test_fence_opens_until_the_granted_time_and_never_after_revoke():
+    clock = Clock()
+    fence = Fence(clock)
+    assert not fence.is_open()
+    fence.grant(5.0)
+    assert fence.is_open()
+    clock.t = 5.0
+    assert not fence.is_open()  # lapsed: the last renewal is too old
+    fence.grant(10.0)
+    assert fence.is_open()
+    assert fence.revoke(0)
+    fence.grant(100.0)
+    assert not fence.is_open()
+    with pytest.raises(NotLeader), fence.write():
+        pass
+
+
+def test_revoke_waits_for_the_write_in_flight():
+    fence = Fence()
+    fence.grant(time.monotonic() + 60)
+    entered, release = threading.Event(), threading.Event()
+
+    def writer():
+        with fence.write():
+            entered.set()
+            release.wait(5)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert entered.wait(2)
+    assert not fence.revoke(0.1)  # still in flight
+    threading.Timer(0.2, release.set).start()
+    assert fence.revoke(2)
+    t.join(2)
+
+
+def test_kube_never_sends_a_write_the_fence_refuses():
+    sent: list = []
+    counted: list = []
+    fence = Fence()
+    api = SimpleNamespace(rest_client=FakeRest(sent), user_agent="")
+    kube = Kube(api, qps=0, fence=fence, on_request=lambda *a: counted.append(a))  # type: ignore[arg-type]
+    rest = kube.api_client.rest_client
+    rest.request("GET", "https://x/api/v1/namespaces/ns/pods")  # reads need no lease
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        with pytest.raises(NotLeader):
+            rest.request(method, "https://x/api/v1/namespaces/ns/pods/p")
+    assert [m for _, m, _, _ in sent] == ["GET"]
+    assert counted.count(("create", "Pod", "fenced")) == 1
+    fence.grant(time.monotonic() + 60)
+    rest.request("POST", "https://x/api/v1/namespaces/ns/pods")
+    assert [m for _, m, _, _ in sent] == ["GET", "POST"]
+
+
+def test_queue_shutdown_with_drop_hands_out_nothing_more():
+    q = WorkQueue()
+    for i in range(20):
+        q.add(f"ns/job{i}")
+    q.add_after("ns/later", 0.01)
+    assert q.get(timeout=1) == "ns/job0"
+    q.shutdown(drop=True)
+    with pytest.raises(ShutDown):
+        q.get(timeout=1)
+    q.add("ns/job0")
+    q.done("ns/job0")
+    with pytest.raises(ShutDown):
+        q.get(timeout=1)
+    assert len(q) == 0
+
+
+def test_sigterm_with_a_backlog_no_write_after_the_release():
+    """20 keys queued, two workers each writing 5 times per key (50 ms a write): on stop the elector
+    drains for a bound shorter than the renew deadline while renewing, closes the fence, then releases.
+    Nothing is sent after the release; the hand-over takes about the drain bound, not the backlog."""
+    lease_kube = FakeKube()
+    events: list = []
+    fence = Fence()
+    kube = fenced_kube(events, fence, delay=0.05)
+    queue = WorkQueue()
+    for i in range(20):
+        queue.add(f"ns/job{i}")
+    refused: list = []
+
+    def worker():
+        while True:
+            try:
+                key = queue.get()
+            except ShutDown:
+                return
+            try:
+                for n in range(5):
+                    kube.api_client.rest_client.request(
+                        "POST", f"https://x/api/v1/namespaces/ns/pods?{key}-{n}"
+                    )
+            except NotLeader:
+                refused.append(key)
+            finally:
+                queue.done(key)
+
+    workers = [threading.Thread(target=worker, daemon=True) for _ in range(2)]
+
+    def stop_workers(timeout: float) -> None:
+        queue.shutdown(drop=True)
+        for w in workers:
+            w.join(timeout)
+
+    le = LeaderElector(
+        lease_kube,
+        "ns",
+        "a",
+        lease_duration=3,
+        renew_deadline=2.0,
+        retry_period=0.4,
+        drain_timeout=0.2,
+        fence=fence,
+        on_started=lambda: [w.start() for w in workers],
+        watch_lease=False,
+    )
+    stop = threading.Event()
+    t = threading.Thread(target=le.run, args=(stop, stop_workers))
+    t.start()
+    while not any(e[0] == "sent" for e in events):
+        time.sleep(0.01)
+    time.sleep(0.3)
+    sigterm = time.monotonic()
+    stop.set()
+    t.join(5)
+    assert not t.is_alive()
+    spec = lease_kube.objects[("leases", "ns", "mpi-operator")]["spec"]
+    assert spec["holderIdentity"] == ""
+    released = le.stepped_down_at
+    assert released is not None
+    after = [e for e in events if e[3] > released]
+    assert after == [], f"{len(after)} writes after the release"
+    # bounded by the drain, far below the backlog's 20 x 5 x 50 ms / 2 = 2.5 s
+    assert released - sigterm < 1.0
+    sent = sum(1 for e in events if e[0] == "sent")
+    assert sent < 100, "the backlog was drained instead of dropped"
+
+
+# -- start-up: only NotFound is fatal --------------------------------------------------------------
+class StartupKube:
+    def __init__(self, answers: list) -> None:
+        self.answers = answers
+
+    def list(self, res, namespace=None, **query):
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def test_startup_crd_check_retries_transient_errors():
+    from reconcile.kube import ApiError
+    from reconcile.main import check_crd
+
+    codes: list = []
+    kube = StartupKube(
+        [
+            ApiError(500, "Internal", "{}"),
+            ApiError(403, "Forbidden", "{}"),  # RBAC cache of a restarting API server not synced yet
+            ApiError(429, "TooManyRequests", "{}"),
+            ConnectionRefusedError("refused"),
+            {"items": []},
+        ]
+    )
+    assert check_crd(kube, "", on_error=codes.append, backoff=(0.001, 0.002))  # type: ignore[arg-type]
+    assert codes == ["500", "403", "429", "error"]
+
+
+def test_startup_crd_check_exits_on_not_found_only():
+    from reconcile.kube import ApiError
+    from reconcile.main import StartupError, check_crd
+
+    kube = StartupKube([ApiError(503, "Unavailable", "{}"), ApiError(404, "NotFound", "{}")])
+    with pytest.raises(StartupError, match="CRD"):  # main() logs it as one line and exits 1
+        check_crd(kube, "", backoff=(0.001, 0.002))  # type: ignore[arg-type]
+
+
+def test_startup_crd_check_ends_on_stop():
+    from reconcile.kube import ApiError
+    from reconcile.main import check_crd
+
+    stop = threading.Event()
+    stop.set()
+    assert not check_crd(StartupKube([ApiError(500, "x", "{}")] * 3), "", stop=stop)  # type: ignore[arg-type]

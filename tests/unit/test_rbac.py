@@ -1,0 +1,154 @@
+"""The operator's RBAC is exactly the requests its code makes (issue 12, item 6).
+
+The requests are read from the code: every ``kube.<verb>(RESOURCE, ...)`` call in reconcile/ (by AST),
+the list and watch of every informer the controller builds (with and without gang scheduling), and the
+create, patch and delete the executor sends for every kind of the controller's policy. The ClusterRole
+must grant these and nothing else; the leader-election Role the Lease calls.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import render
+from reconcile import kube
+from reconcile.children import POLICY
+from reconcile.controller import Controller
+from reconcile.events import EventRecorder
+from reconcile.metrics import Metrics
+from tests.unit.test_controller_sync import NoKube
+from tests.unit.test_manifests import DEPLOY, _grants, _objects, _one
+
+RECONCILE = Path(__file__).resolve().parents[2] / "reconcile"
+VERBS = {
+    "get": "get",
+    "list": "list",
+    "stream_lines": "watch",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "apply": "patch",
+    "delete": "delete",
+}
+RESOURCES = {
+    name: getattr(kube, name) for name in dir(kube) if isinstance(getattr(kube, name), kube.Resource)
+}
+
+
+def _key(res: kube.Resource, subresource: str = "") -> tuple[str, str]:
+    return res.group, res.plural + (f"/{subresource}" if subresource else "")
+
+
+def _controllers() -> list[Controller]:
+    return [
+        Controller(
+            NoKube(), render.Config(gang_scheduling=g), metrics=Metrics(), recorder=EventRecorder(NoKube())
+        )
+        for g in ("", "volcano", "scheduler-plugins-scheduler")
+    ]
+
+
+def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
+    """(verb, (group, resource)) of every Kube call with a resource constant; and where a call's resource
+    is a variable (each must be accounted for by the caller of this function)."""
+    found: set[tuple[str, tuple[str, str]]] = set()
+    variable: list[str] = []
+    for path in sorted(RECONCILE.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in VERBS
+                    and ast.unparse(node.func.value) in ("self.kube", "self._kube", "kube")
+                    and node.args
+                ):
+                    continue
+                arg = node.args[0]
+                sub = next((k.value for k in node.keywords if k.arg == "subresource"), None)
+                subresource = sub.value if isinstance(sub, ast.Constant) else ""
+                if isinstance(arg, ast.Name) and arg.id in RESOURCES:
+                    found.add((VERBS[node.func.attr], _key(RESOURCES[arg.id], subresource)))
+                else:
+                    variable.append(f"{path.name}:{fn.name}:{node.func.attr}")
+    return found, variable
+
+
+def used() -> dict[tuple[str, str], set[str]]:
+    calls, variable = direct_calls()
+    # Controller._read gets a child holding a wanted name; informer.py lists and watches its resource;
+    # leader.py watches the Lease.
+    assert sorted(set(variable)) == [
+        "controller.py:_read:get",
+        "informer.py:_list:list",
+        "informer.py:_watch:stream_lines",
+        "leader.py:_watch:stream_lines",
+    ], variable
+    out: dict[tuple[str, str], set[str]] = {}
+    for verb, key in calls:
+        out.setdefault(key, set()).add(verb)
+    # leader.py: a standby watches the Lease (by name) to take it as soon as it is released
+    out.setdefault(_key(kube.LEASE), set()).add("watch")
+    for c in _controllers():
+        for inf in c.informers:
+            out.setdefault(_key(inf.resource), set()).update({"list", "watch"})
+        for res, _name in c.wanted(_job()):
+            out.setdefault(_key(res), set()).add("get")
+    # the executor: POST creates, PATCH applies and removals, DELETE deletes, for every kind of the policy
+    by_kind = {(r.group, r.kind): r for r in RESOURCES.values()}
+    for group, kind in POLICY.kinds:
+        out.setdefault(_key(by_kind[(group, kind)]), set()).update({"create", "patch", "delete"})
+    return out
+
+
+def _job() -> Any:
+    from tests.unit.render_helpers import BASE
+
+    return render.parse_mpijob(BASE)
+
+
+def test_every_grant_is_a_request_the_code_makes_and_every_request_is_granted():
+    requests = used()
+    leases = {("coordination.k8s.io", "leases")}
+    operator = {k: v for k, v in requests.items() if k not in leases}
+    # not a request: children carry blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+    # admission plugin allows only to who may update the owner's finalizers
+    assert _job().owner_reference()["blockOwnerDeletion"] is True
+    operator[("kubeflow.org", "mpijobs/finalizers")] = {"update"}
+    role = _one(_objects(DEPLOY), "ClusterRole", "mpi-operator")
+    assert _grants(role["rules"]) == operator
+    election = _one(_objects(DEPLOY), "Role", "mpi-operator-leader-election")
+    assert _grants(election["rules"]) == {k: requests[k] for k in leases}
+
+
+def test_the_verbs_the_issue_found_unused_are_gone():
+    grants = _grants(_one(_objects(DEPLOY), "ClusterRole", "mpi-operator")["rules"])
+    assert ("events.k8s.io", "events") not in grants
+    assert ("apiextensions.k8s.io", "customresourcedefinitions") not in grants
+    assert grants[("batch", "jobs/status")] == {"patch"}
+    assert grants[("kubeflow.org", "mpijobs/status")] == {"update"}
+
+
+def test_the_namespaced_role_is_the_cluster_role_without_cluster_scoped_resources():
+    from tools.manifests import load_yaml_documents
+
+    role, binding = load_yaml_documents(DEPLOY / "namespaced" / "watched" / "role" / "role.yaml")
+    cluster = _grants(_one(_objects(DEPLOY), "ClusterRole", "mpi-operator")["rules"])
+    assert role["kind"] == "Role" and "namespace" not in role["metadata"]
+    assert _grants(role["rules"]) == {k: v for k, v in cluster.items() if k[1] != "priorityclasses"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mpi-operator", "namespace": "mpi-operator"}
+    ]
+
+
+def test_namespace_flag_lists_namespaces():
+    from reconcile.main import namespaces_of
+
+    assert namespaces_of("") == [""]
+    assert namespaces_of("team-a") == ["team-a"]
+    assert namespaces_of("team-a, team-b,") == ["team-a", "team-b"]

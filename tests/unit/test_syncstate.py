@@ -1,0 +1,51 @@
+"""L0: the sync's small pure decisions: status comparison, managedBy, resume's startTime."""
+
+from __future__ import annotations
+
+from reconcile.syncstate import (
+    is_managed_externally,
+    launcher_resume_needs_start_time_cleared,
+    status_changed,
+)
+
+
+def cond(t, s, reason="r", ts="2026-01-01T00:00:00Z"):
+    return {"type": t, "status": s, "reason": reason, "lastTransitionTime": ts, "lastUpdateTime": ts}
+
+
+def test_status_change_ignores_moved_condition_timestamps_only():
+    old = {"conditions": [cond("Created", "True")], "replicaStatuses": {"Worker": {}}}
+    moved = {"conditions": [cond("Created", "True", ts="2026-01-02T00:00:00Z")], "replicaStatuses": {}}
+    assert not status_changed(old, moved)
+    assert status_changed(old, {**old, "conditions": [cond("Created", "True", reason="other")]})
+    assert status_changed(old, {**old, "startTime": "2026-01-01T00:00:00Z"})
+    assert status_changed(old, {**old, "replicaStatuses": {"Worker": {"active": 1}}})
+    assert status_changed({}, {"conditions": [cond("Created", "True")]})
+
+
+def test_managed_by_other_controller():
+    assert is_managed_externally({"spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}}})
+    assert not is_managed_externally({"spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}})
+    assert not is_managed_externally({"spec": {}})
+
+
+def launcher(suspend, start_time=None, owner="u1"):
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "pi-launcher", "ownerReferences": [{"uid": owner, "controller": True}]},
+        "spec": {"suspend": suspend},
+    }
+    if start_time:
+        job["status"] = {"startTime": start_time}
+    return job
+
+
+def test_resume_clears_start_time_only_when_resuming_a_started_launcher():
+    t = "2026-01-01T00:00:00Z"
+    live = launcher(True, t)
+    assert launcher_resume_needs_start_time_cleared([launcher(False)], [live]) is live
+    assert launcher_resume_needs_start_time_cleared([launcher(True)], [live]) is None
+    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True)]) is None
+    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(False, t)]) is None
+    assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True, t, owner="x")]) is None

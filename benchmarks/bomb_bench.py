@@ -35,8 +35,9 @@ from kubernetes import client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.scale_bench import Operator, kubectl  # noqa: E402
+from benchmarks.scale_bench import SA_USER, kubectl, proc_stats  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster.operator import OperatorRunner  # noqa: E402
 from render import bounds  # noqa: E402
 from render.quantity import parse as parse_quantity  # noqa: E402
 
@@ -117,7 +118,7 @@ def main() -> int:
     print(f"== operator flags: {' '.join(args.operator_arg) or '(defaults)'}; logs in {work}", flush=True)
     cluster = LocalCluster(ClusterSpec(tier="l1"), work_dir=work / "cluster", keep_work_dir=True)
     cluster.start()
-    operator: Operator | None = None
+    operator: OperatorRunner | None = None
     cgroup: MemoryCgroup | None = None
     result: dict[str, Any] = {"workers": args.workers, "operator_flags": args.operator_arg}
     try:
@@ -129,8 +130,10 @@ def main() -> int:
             core.create_namespace({"metadata": {"name": ns}})
 
         cgroup = MemoryCgroup(limit)
-        operator = Operator(cluster, work / "operator.log", args.operator_arg)
-        cgroup.add(operator.proc.pid)  # before it has imported anything: the whole process is inside
+        kubeconfig = cluster.write_user_kubeconfig(SA_USER)
+        operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
+        operator.start(wait=False)
+        cgroup.add(operator.pid)  # before it has imported much: the whole process is inside
         operator.wait_ready()
         result["idle_mib"] = cgroup.stats()["now_mib"]
 
@@ -142,7 +145,7 @@ def main() -> int:
 
         small_done = big_pods_done = big_launcher = None
         deadline = t0 + args.timeout
-        while time.monotonic() < deadline and operator.proc.poll() is None:
+        while time.monotonic() < deadline and operator.alive():
             now = time.monotonic()
             if small_done is None:
                 mj = custom.get_namespaced_custom_object(GROUP, VERSION, "other", PLURAL, SMALL_NAME)
@@ -167,13 +170,13 @@ def main() -> int:
                 break
             time.sleep(1)
         time.sleep(5)  # a few more syncs at the converged size
-        hwm = operator.proc_stats()[0] if operator.proc.poll() is None else 0
+        hwm = proc_stats(operator.pid)[0] if operator.alive() else 0
         result.update(
             process_peak_rss_mib=round(hwm / 2**20, 1),
             small_job_served_s=None if small_done is None else round(small_done, 1),
             big_job_pods_s=None if big_pods_done is None else round(big_pods_done, 1),
             big_job_launcher_s=None if big_launcher is None else round(big_launcher, 1),
-            operator_alive=operator.proc.poll() is None,
+            operator_alive=operator.alive(),
             **cgroup.stats(),
         )
     finally:

@@ -51,6 +51,7 @@ from reconcile.syncstate import (
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
     status_changed,
+    worth_writing,
 )
 from render import conditions as rcond
 from render import names
@@ -314,17 +315,11 @@ class Controller:
             return
         children = self.children_of(job)
         children += self._held_names(job, children)
-        remembered = self._create_failures.get(key)
-        refused = remembered[1] if remembered is not None and remembered[0] == job.uid else None
-        observed = self._observe(job, children, now, refused)
-
+        observed = self._observe(job, children, now, self._remembered_failure(key, job))
         old_status = obj.get("status") or {}
-        new_status = render.status(job, observed, self.config)
-        if status_changed(old_status, new_status):
-            obj = self._write_status(obj, new_status)
-        self._record(obj, old_status, new_status)
+        known = render.status(job, observed, self.config)  # decides TTL; written only after the children
 
-        if render.ttl_expired(job, new_status, now):
+        if render.ttl_expired(job, known, now):
             log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
             try:
                 self.kube.delete(MPIJOB, job.namespace, job.name, uid=job.uid)
@@ -333,6 +328,7 @@ class Controller:
                     raise
             return
 
+        # Children first, status last (upstream's order): Created=True then means the children exist.
         desired = render.render(job, observed, self.config)
         live = [o for o in children if o.get("kind") != "PriorityClass"]
         live = self._clear_launcher_start_time(desired, live)
@@ -348,8 +344,20 @@ class Controller:
             on_done=self._read_back,
         )
         self._after_execute(obj, job, the_plan, result)
-        if self._remember_create_failure(key, job, result, refused):
-            self.queue.add(key)  # the status must say so (or stop saying so) now, not at the next event
+        failure_changed = self._remember_create_failure(key, job, result, observed.create_failure)
+
+        # The caches now hold what we wrote (and the failure what the server refused): the status comes
+        # from the world after the writes, in this sync's one status write.
+        if the_plan.writes or failure_changed:
+            children = self.children_of(job)
+            children += self._held_names(job, children)
+            observed = self._observe(job, children, now, self._remembered_failure(key, job))
+        new_status = (
+            render.status(job, observed, self.config) if the_plan.writes or failure_changed else known
+        )
+        if worth_writing(old_status, new_status):
+            obj = self._write_status(obj, new_status)
+        self._record(obj, old_status, new_status)
 
         if self._owned_launcher(job, live) is not None or any(
             o.key.kind == "Job" and o.result == "created" for o in result.done
@@ -429,6 +437,11 @@ class Controller:
         found.setdefault("apiVersion", res.api_version)
         found.setdefault("kind", res.kind)
         return managedfields.slim(found)
+
+    def _remembered_failure(self, key: str, job: Any) -> CreateFailure | None:
+        """The create the server refused in an earlier sync of this very job (same uid), if any."""
+        remembered = self._create_failures.get(key)
+        return remembered[1] if remembered is not None and remembered[0] == job.uid else None
 
     def _remember_create_failure(
         self, key: str, job: Any, result: ExecResult, before: CreateFailure | None

@@ -40,6 +40,15 @@ def status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return _comparable(old) != _comparable(new)
 
 
+def worth_writing(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A status write is due: it changed, and it reports something beyond what the spec says. A new
+    MPIJob whose children are not all there yet (no condition) gets no write, so a client's create
+    then update of it does not conflict with us."""
+    if not old and not new.get("conditions"):
+        return False
+    return status_changed(old, new)
+
+
 def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
     for c in (status or {}).get("conditions") or ():
         if c.get("type") == ctype:

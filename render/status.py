@@ -10,7 +10,19 @@ from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
 from render.jsonutil import clone
-from render.observed import JobView, Observed, condition, condition_true, phase, view
+from render.observed import (
+    KIND_CONFIGMAP,
+    KIND_PODGROUP,
+    KIND_SECRET,
+    KIND_SERVICE,
+    JobView,
+    Observed,
+    condition,
+    condition_true,
+    is_controlled_by,
+    phase,
+    view,
+)
 from render.parse import parse_mpijob, too_deep
 from render.timeutil import add_seconds, format_time, parse_time
 
@@ -46,6 +58,27 @@ def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
         wanted.append(("PodGroup", job.name))
     wanted += [("Pod", names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
     return wanted
+
+
+def children_created(job: MPIJob, config: Config, observed: Observed, v: JobView) -> bool:
+    """Every child that exists at creation is in ``observed``, ours: the Service, ConfigMap, SSH Secret,
+    and unless suspended the PodGroup (gang scheduling) and the workers; the launcher Job unless it
+    waits for the workers. ``Created=True`` means this, as upstream's (it writes status after them)."""
+    wanted = [
+        (KIND_SERVICE, job.name),
+        (KIND_CONFIGMAP, names.config_name(job.name)),
+        (KIND_SECRET, names.ssh_secret_name(job.name)),
+    ]
+    if config.gang_scheduling and not job.suspended:  # a suspended job has no PodGroup (as upstream)
+        wanted.append((KIND_PODGROUP, job.name))
+    for kind, name in wanted:
+        obj = observed.get(kind, name)
+        if obj is None or not is_controlled_by(obj, job.uid):
+            return False
+    if not job.suspended and any(i not in v.workers for i in range(job.worker_replicas)):
+        return False
+    waits = job.spec.launcher_creation_policy == "WaitForWorkersReady" and not job.suspended
+    return waits or v.launcher is not None
 
 
 def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config) -> dict[str, Any]:
@@ -102,8 +135,6 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         nonlocal conds
         conds = cond.set_condition(conds, ctype, status, reason, message, now)
 
-    if not conds:
-        setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
     if v.conflicts:
         kind, name = v.conflicts[0]
         setc(
@@ -117,7 +148,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         failure = observed.create_failure
         message = f"{failure.kind} {failure.name} could not be created ({failure.code}): {failure.message}"
         setc(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
-    elif not cond.is_true(conds, cond.CREATED):
+    elif not cond.is_true(conds, cond.CREATED) and children_created(job, config, observed, v):
         setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
     st["replicaStatuses"] = replica_statuses(job, v, st.get("replicaStatuses"), cond.is_finished(conds))
 

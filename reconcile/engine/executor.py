@@ -23,6 +23,11 @@ Outcomes for the caller's queue: 409 conflicts, 429, 5xx and connection errors s
 with backoff); ``AlreadyExists`` on create or 404 on patch set ``replan`` (the cache is stale); other
 errors (400, 403, 422, unknown kinds) are ``failures``. Every request is counted by (verb, kind, code)
 and every outcome worth telling a user becomes event data; the controller records them.
+
+How creates depend on each other is the caller's data (``CreateRules``): which failure codes are
+permanent (marked on the ``Failure``, with the server's field causes), which kinds come last and only
+after every other create succeeded, whether the first create that does not succeed stops the later ones,
+and whether a conflict holds every create back. Creates not sent are listed in ``skipped``.
 """
 
 from __future__ import annotations

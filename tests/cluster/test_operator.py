@@ -229,7 +229,9 @@ def test_mpijob_success(kube, namespace, start_operator):
         set_pod_status(kube, pod, "Running", ready=True)
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
+            .get("Worker", {})
+            .get("active")
             == 2
         ),
         "Worker.active=2",
@@ -269,7 +271,9 @@ def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
         set_pod_status(kube, pod, "Running", ready=False)
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {}).get("Worker", {}).get("active")
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
+            .get("Worker", {})
+            .get("active")
             == 2
         ),
         "Worker.active=2",
@@ -343,12 +347,24 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
 
     # change the template while suspended and resume: the new directives propagate
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str()})
-    job = get_job(kube, namespace)
-    tmpl = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
-    tmpl["metadata"]["labels"] = {"kueue": "readmitted"}
-    tmpl["spec"]["nodeSelector"] = {"pool": "b"}
-    job["spec"]["runPolicy"]["suspend"] = False
-    kube.replace(MPIJOB, job)
+    kube.patch(  # a merge patch: the status our operator writes meanwhile cannot conflict with it
+        MPIJOB,
+        namespace,
+        "pi",
+        {
+            "spec": {
+                "runPolicy": {"suspend": False},
+                "mpiReplicaSpecs": {
+                    "Launcher": {
+                        "template": {
+                            "metadata": {"labels": {"kueue": "readmitted"}},
+                            "spec": {"nodeSelector": {"pool": "b"}},
+                        }
+                    }
+                },
+            }
+        },
+    )
     t = wait_for(
         lambda: (
             (j := kube.get(JOB, namespace, "pi-launcher"))["spec"].get("suspend") is False
@@ -374,7 +390,7 @@ def test_mpijob_failure(kube, namespace, start_operator):
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str(), "failed": 1})
     wait_for(
         lambda: (
-            (get_job(kube, namespace)["status"].get("replicaStatuses") or {})
+            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
             .get("Launcher", {})
             .get("failed")
             == 1

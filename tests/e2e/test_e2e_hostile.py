@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from reconcile.kube import JOB, POD, ApiError
-from tests.e2e.conftest import E2E, conditions, name_of, phase, pi_job
+from tests.e2e.support import E2E, conditions, name_of, phase
+from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 
@@ -136,3 +137,38 @@ def test_far_away_times_in_a_status_do_not_break_the_sync(e2e: E2E) -> None:
     far = e2e.get("far")
     assert not any(c["type"] == "SyncFailed" and c["status"] == "True" for c in far["status"]["conditions"])
     assert e2e.operator.alive()
+
+
+def test_a_quota_is_created_false_until_it_clears(e2e: E2E) -> None:
+    from reconcile.kube import Resource
+
+    quota = Resource("v1", "ResourceQuota", "resourcequotas")
+    e2e.kube.create(
+        quota,
+        e2e.ns,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "pods"},
+            "spec": {"hard": {"pods": "1"}},
+        },
+    )
+    e2e.wait_for(lambda: (e2e.get("pods", quota).get("status") or {}).get("hard"), "quota status")
+    e2e.submit(pi_job("quota"))
+    job = e2e.wait_condition("quota", "Created", "False", timeout=TIMEOUT)
+    created = conditions(job)["Created"]
+    assert created["reason"] == "FailedCreate" and "exceeded quota" in created["message"], created
+    assert e2e.find("quota-launcher", JOB) is None  # no launcher while a worker cannot be created
+    e2e.delete("pods", quota)
+    e2e.wait_condition("quota", "Succeeded", timeout=90)
+    assert conditions(e2e.get("quota"))["Created"]["status"] == "True"
+
+
+def test_a_missing_priority_class_is_created_false_naming_it(e2e: E2E) -> None:
+    job = pi_job("prio")
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "no-such-class"
+    e2e.submit(job)
+    mj = e2e.wait_condition("prio", "Created", "False", timeout=TIMEOUT)
+    created = conditions(mj)["Created"]
+    assert created["reason"] == "FailedCreate" and "no-such-class" in created["message"], created
+    assert e2e.find("prio-launcher", JOB) is None

@@ -93,3 +93,22 @@ def names_of(children: list[dict[str, Any]], kind: str) -> list[str]:
 
 def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status.get("conditions", [])}
+
+
+def owned(kind: str, name: str, api: str = "v1") -> dict[str, Any]:
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "ns", "ownerReferences": owner()},
+    }
+
+
+def created_children(workers: int = 2) -> list[dict[str, Any]]:
+    """What the first sync creates for ``job()``: Service, ConfigMap, Secret, workers, launcher Job."""
+    return [
+        owned("Service", "pi"),
+        owned("ConfigMap", "pi-config"),
+        owned("Secret", "pi-ssh"),
+        *(worker(i, "Pending") for i in range(workers)),
+        launcher(),
+    ]

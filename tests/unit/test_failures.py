@@ -20,8 +20,8 @@ from reconcile.kube import ApiError
 from reconcile.metrics import Metrics
 from render import Config, Observed
 from render.observed import CreateFailure
+from tests.unit.fakes import FakeKube
 from tests.unit.render_helpers import BASE, KEY, NOW
-from tests.unit.test_controller import FakeKube
 from tests.unit.test_executor import FakeDynamic
 
 # ------------------------------------------------------------------------------------------- executor

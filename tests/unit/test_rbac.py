@@ -18,7 +18,7 @@ from reconcile.children import POLICY
 from reconcile.controller import Controller
 from reconcile.events import EventRecorder
 from reconcile.metrics import Metrics
-from tests.unit.test_controller_sync import NoKube
+from tests.unit.test_controller import NoKube
 from tests.unit.test_manifests import DEPLOY, _grants, _objects, _one
 
 RECONCILE = Path(__file__).resolve().parents[2] / "reconcile"
@@ -152,3 +152,19 @@ def test_namespace_flag_lists_namespaces():
     assert namespaces_of("") == [""]
     assert namespaces_of("team-a") == ["team-a"]
     assert namespaces_of("team-a, team-b,") == ["team-a", "team-b"]
+
+
+def test_one_controller_per_namespace_behind_one_face():
+    from reconcile.main import Controllers
+
+    cs = [
+        Controller(
+            NoKube(), render.Config(), metrics=Metrics(), recorder=EventRecorder(NoKube()), namespace=n
+        )
+        for n in ("team-a", "team-b")
+    ]
+    both = Controllers(cs)
+    assert [c.namespace for c in both.controllers] == ["team-a", "team-b"]
+    assert not both.has_synced()
+    cs[1]._synced["team-b/x"] = "7"
+    assert both.synced_version("team-b/x") == "7" and both.synced_version("team-a/y") is None

@@ -9,7 +9,18 @@ from render import Config, Event, events, next_wakeup, status, ttl_expired
 from render.conditions import is_finished, set_condition
 from render.timeutil import format_time, parse_time
 from tests.unit.golden_cases import GOLDEN, cases
-from tests.unit.render_helpers import NOW, conds, job, launcher, launcher_pod, observed, ts, worker
+from tests.unit.render_helpers import (
+    NOW,
+    conds,
+    created_children,
+    job,
+    launcher,
+    launcher_pod,
+    observed,
+    owned,
+    ts,
+    worker,
+)
 
 CFG = Config()
 
@@ -54,9 +65,30 @@ def test_run_time_from_conditions_is_start_of_running_to_finish():
     assert _dashboard_run_time(k["status"]) == timedelta(minutes=7, seconds=30)
 
 
+def test_created_only_once_every_child_of_the_creation_exists():
+    """Upstream writes status after creating the children, so its Created=True means they exist."""
+    j = job()
+    assert "Created" not in conds(status(j, observed(), CFG))
+    children = created_children()
+    for missing in range(len(children)):
+        partial = children[:missing] + children[missing + 1 :]
+        assert "Created" not in conds(status(j, observed(*partial), CFG)), children[missing]["metadata"]
+    assert conds(status(j, observed(*children), CFG))["Created"]["status"] == "True"
+    # Suspended: no workers yet, the launcher Job suspended. WaitForWorkersReady: no launcher yet.
+    suspended = job(runPolicy={"suspend": True})
+    assert "Created" in conds(status(suspended, observed(*children[:3], launcher(suspend=True)), CFG))
+    assert "Created" not in conds(status(suspended, observed(*children[:3]), CFG))
+    waiting = job(launcherCreationPolicy="WaitForWorkersReady")
+    assert "Created" in conds(status(waiting, observed(*children[:-1]), CFG))
+    gang = Config(gang_scheduling="volcano")
+    assert "Created" not in conds(status(j, observed(*children), gang))
+    podgroup = owned("PodGroup", "pi", "scheduling.volcano.sh/v1beta1")
+    assert "Created" in conds(status(j, observed(*children, podgroup), gang))
+
+
 def test_first_status_and_running():
     j = job()
-    first = status(j, observed(), CFG)
+    first = status(j, observed(*created_children()), CFG)
     assert conds(first)["Created"]["reason"] == "MPIJobCreated"
     assert first["startTime"] == ts()
     assert first["replicaStatuses"] == {"Worker": {}}  # no launcher Job yet; no selector, as upstream
@@ -182,7 +214,7 @@ def test_conflict_sets_created_false_then_true():
     )
     assert events(j, {}, st)[0] == Event("Warning", "ErrResourceExists", created["message"])
     j["status"] = st
-    fixed = status(j, observed(), CFG)
+    fixed = status(j, observed(*created_children()), CFG)
     assert conds(fixed)["Created"]["status"] == "True"
 
 

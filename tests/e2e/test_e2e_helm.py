@@ -1,0 +1,113 @@
+"""L2: the Helm chart installs on a local cluster, runs the pi example and uninstalls cleanly.
+
+A cluster of its own (a Helm release must own the cluster-wide RBAC it installs). kwok runs no containers,
+so the operator runs as a local process with exactly the args of the chart's Deployment, under the chart's
+ServiceAccount and RBAC. `helm uninstall` removes everything the release made and keeps the CRD, as Helm
+does with crds/ (so the MPIJobs stay).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import ClusterSpec, LocalCluster
+from localcluster.cluster import wait_for_default_service_account
+from reconcile.kube import MPIJOB, Kube
+from tests.e2e.conftest import REPO, OperatorProcess, condition_is
+
+pytestmark = pytest.mark.l2
+
+CHART = REPO / "deploy" / "helm" / "mpi-operator"
+NS = "mpi-operator"
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def helm(cluster: LocalCluster, *args: str) -> str:
+    binary = subprocess.run([str(REPO / "deploy/helm/build.sh")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [binary.stdout.strip(), *args],
+        capture_output=True,
+        text=True,
+        env={
+            **cluster.env(),
+            "HOME": str(cluster.work_dir),
+        },  # helm's caches and config stay with the cluster
+        timeout=300,
+    )
+    assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def wait(fn, what: str, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def exists(kube: Kube, path: str) -> bool:
+    try:
+        kube.request("GET", path)
+    except Exception as err:
+        if getattr(err, "status", None) == 404:
+            return False
+        raise
+    return True
+
+
+def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_path):
+    cluster = own_cluster
+    api = cluster.api_client()
+    kube = Kube(api, qps=0)
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    helm(cluster, "install", "mpi-operator", str(CHART), "-n", NS, "--create-namespace")
+    assert "deployed" in helm(cluster, "status", "mpi-operator", "-n", NS).lower()
+    deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/mpi-operator")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    core.create_namespace({"metadata": {"name": "jobs"}})
+    wait_for_default_service_account(core, "jobs")
+    op = OperatorProcess(cluster, tmp_path / "operator.log")
+    op.kubeconfig = cluster.write_user_kubeconfig(f"system:serviceaccount:{NS}:mpi-operator")
+    # The chart's args, then the local process's own port (8080 may be taken on this machine).
+    op.start(*[a for a in args if not a.startswith("--monitoring-port")], "--namespace=jobs")
+    try:
+        pi = yaml.safe_load((REPO / "examples" / "pi.yaml").read_text())
+        kube.create(MPIJOB, "jobs", pi)
+        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "pi Succeeded")
+    finally:
+        op.stop()
+
+    helm(cluster, "uninstall", "mpi-operator", "-n", NS, "--wait")
+    for path in (
+        f"/apis/apps/v1/namespaces/{NS}/deployments/mpi-operator",
+        f"/api/v1/namespaces/{NS}/serviceaccounts/mpi-operator",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles/mpi-operator-leader-election",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/mpi-operator",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mpi-operator",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/kubeflow-mpijobs-edit",
+    ):
+        wait(lambda path=path: not exists(kube, path), f"{path} removed by helm uninstall")
+    assert exists(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org")
+    assert condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded")  # the CRD and its MPIJobs stay
+    api.close()

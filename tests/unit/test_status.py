@@ -91,7 +91,8 @@ def test_first_status_and_running():
     first = status(j, observed(*created_children()), CFG)
     assert conds(first)["Created"]["reason"] == "MPIJobCreated"
     assert first["startTime"] == ts()
-    assert first["replicaStatuses"] == {"Worker": {}}  # no launcher Job yet; no selector, as upstream
+    # The status follows the children just created: the launcher Job exists, no pods yet; no selector.
+    assert first["replicaStatuses"] == {"Launcher": {}, "Worker": {}}
     j["status"] = first
     later = NOW + timedelta(minutes=1)
     obs = observed(worker(0), worker(1), launcher(), launcher_pod("a", "Running", ts()), now=later)

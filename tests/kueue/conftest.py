@@ -324,6 +324,10 @@ class KueueE2E(E2E):
     def used(self) -> float:
         return sum(self.usage().values())
 
+    def wait_quota(self, cpu: float, timeout: float = 30) -> None:
+        """Kueue writes the ClusterQueue's status asynchronously, a moment after admitting or finishing."""
+        self.wait_for(lambda: self.used() == cpu, f"{cpu} cpu reserved in ClusterQueue {self.cq}", timeout)
+
     # workloads
     def workload(self, job: str) -> dict[str, Any] | None:
         mj = self.find(job)

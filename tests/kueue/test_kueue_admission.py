@@ -24,7 +24,7 @@ def test_admission_runs_the_job_to_succeeded_and_finishes_the_workload(kq: Kueue
     job = kq.wait_running("pi")
     assert not suspended(job)
     assert active_replicas(job) == {"Launcher": 1, "Worker": 2}
-    assert kq.used() == 3
+    kq.wait_quota(3)
 
     kq.release_launcher("pi")
     done = kq.wait_condition("pi", "Succeeded")
@@ -50,7 +50,7 @@ def test_quota_for_one_runs_three_jobs_one_at_a_time_in_order(kq: KueueE2E) -> N
             assert not condition_true(kq.workload(waiting), "QuotaReserved"), waiting
             assert suspended(kq.get(waiting)), waiting
             assert kq.pods(waiting) == [], f"{waiting} has pods while it waits"
-        assert kq.used() == 3
+        kq.wait_quota(3)
         kq.release_launcher(name)
         kq.wait_condition(name, "Succeeded")
         kq.wait_workload(name, "Finished")

@@ -17,7 +17,7 @@ def test_workers_scaled_while_admitted_run_under_a_new_workload(kq: KueueE2E) ->
     kq.submit(queued_job("pi"))
     old = kq.wait_admitted("pi", "plain")
     kq.wait_running("pi")
-    assert kq.used() == 3
+    kq.wait_quota(3)
 
     tl = Timeline()
     kq.patch("pi", {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
@@ -38,7 +38,7 @@ def test_workers_scaled_while_admitted_run_under_a_new_workload(kq: KueueE2E) ->
     job = kq.wait_running("pi")
     tl.mark("3 workers Running")
     assert active_replicas(job) == {"Launcher": 1, "Worker": 3}
-    assert kq.used() == 4
+    kq.wait_quota(4)
     # Kueue stopped the job to replace its Workload, then admitted it again: our Suspended, then resumed.
     suspended = next(c for c in job["status"]["conditions"] if c["type"] == "Suspended")
     assert (suspended["status"], suspended["reason"]) == ("False", "MPIJobResumed"), suspended

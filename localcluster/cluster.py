@@ -232,6 +232,45 @@ class LocalCluster:
     def rss_bytes(self) -> int:
         return sum(p.rss_bytes() for p in self.procs)
 
+    # -- extra components and nodes on a running cluster ---------------------------------------------------
+    def spawn_component(self, name: str, argv: list[str]) -> Proc:
+        """Start one more process with the cluster's (e.g. Kueue): logged to logs/<name>.log, stopped by
+        `stop()` (first, being the newest) and recorded in the state file for `down`."""
+        proc = self._spawn(name, argv)
+        if self.detached:
+            self.write_state()
+        return proc
+
+    def stop_component(self, proc: Proc) -> None:
+        """Stop a process started by spawn_component, by its PID, before the cluster stops."""
+        proc.stop()
+        self.procs = [p for p in self.procs if p is not proc]
+        if self.detached:
+            self.write_state()
+
+    def add_nodes(self, bodies: list[dict[str, Any]], timeout: float = 60.0) -> list[str]:
+        """Create more kwok nodes (localcluster.nodes.fake_node) and wait until they are Ready (L2)."""
+        from kubernetes import client
+
+        with contextlib.closing(self.api_client()) as api:
+            core = client.CoreV1Api(api)
+            names = []
+            for body in bodies:
+                core.create_node(body)
+                names.append(body["metadata"]["name"])
+            deadline = time.monotonic() + timeout
+            while True:
+                ready = {
+                    n.metadata.name
+                    for n in core.list_node().items
+                    if node_ready(api.sanitize_for_serialization(n))
+                }
+                if set(names) <= ready:
+                    return names
+                if time.monotonic() > deadline:
+                    raise StartupError(f"nodes not Ready after {timeout:.0f}s: {sorted(set(names) - ready)}")
+                time.sleep(0.1)
+
     # -- components --------------------------------------------------------------------------------------
     def _bin(self, name: str) -> str:
         assert self.bin_dir is not None

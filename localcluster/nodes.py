@@ -18,8 +18,20 @@ DEFAULT_CAPACITY: dict[str, str] = {
 
 
 def node_manifest(index: int, capacity: dict[str, str] | None = None) -> dict:
-    name = f"{NODE_PREFIX}{index}"
+    return fake_node(f"{NODE_PREFIX}{index}", capacity)
+
+
+def fake_node(
+    name: str,
+    capacity: dict[str, str] | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict:
+    """A Node that kwok manages (it carries KWOK_NODE_ANNOTATION); `labels` and `taints` (e.g. a node pool
+    for a Kueue ResourceFlavor, or a rack label for topology-aware scheduling) are added as given."""
     cap = dict(capacity or DEFAULT_CAPACITY)
+    spec: dict = {"taints": [dict(t) for t in taints]} if taints else {}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -31,10 +43,11 @@ def node_manifest(index: int, capacity: dict[str, str] | None = None) -> dict:
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/hostname": name,
+                **(labels or {}),
             },
         },
-        # No taint: the operator's pods schedule here without tolerations, as on a real cluster.
-        "spec": {},
+        # No taint unless asked: the operator's pods schedule here without tolerations, as on a real cluster.
+        "spec": spec,
         "status": {"capacity": cap, "allocatable": dict(cap)},
     }
 

@@ -74,11 +74,6 @@ def role_selector(job: str, role: str) -> dict[str, str]:
     return {LABEL_JOB_NAME: job, LABEL_JOB_ROLE: role, LABEL_OPERATOR_NAME: OPERATOR_NAME}
 
 
-def selector_string(labels: dict[str, str]) -> str:
-    """A label selector in the string form `kubectl get -l` takes, keys sorted as Kubernetes prints them."""
-    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
-
-
 def object_labels(job: str) -> dict[str, str]:
     """Labels of the Service, ConfigMap, Secret, launcher Job and PodGroup.
 

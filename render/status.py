@@ -150,7 +150,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         setc(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
     elif not cond.is_true(conds, cond.CREATED) and children_created(job, config, observed, v):
         setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
-    st["replicaStatuses"] = replica_statuses(job, v)
+    st["replicaStatuses"] = replica_statuses(job, v, st.get("replicaStatuses"), cond.is_finished(conds))
 
     if cond.is_finished(conds):
         # Older writers (upstream, earlier versions) may have left these behind.
@@ -207,6 +207,12 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
                 "lastTransitionTime": st["completionTime"],
             }
         )
+    if cond.is_finished(conds):
+        # Finished just now: upstream's last write lists no workers and no active launcher pod (the
+        # status is kept as is afterwards, so nothing may stay active, e.g. after our deadline).
+        st["replicaStatuses"][names.WORKER] = {}
+        if isinstance(st["replicaStatuses"].get(names.LAUNCHER), dict):
+            st["replicaStatuses"][names.LAUNCHER].pop("active", None)
     st["conditions"] = cond.state_last(conds)
     return st
 
@@ -320,26 +326,40 @@ def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tu
     return reason, truncate(message)
 
 
-def replica_statuses(job: MPIJob, v: JobView) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    launcher: dict[str, Any] = {}
-    if v.launcher is not None:
-        active = sum(1 for p in v.launcher_pods if phase(p) == "Running")
-        failed = (v.launcher.get("status") or {}).get("failed") or 0
-        failed = failed if isinstance(failed, int) and not isinstance(failed, bool) else 0
-        succeeded = 1 if condition_true(v.launcher, "Complete") else 0
-        for key, value in (("active", active), ("failed", failed), ("succeeded", succeeded)):
-            if value:
-                launcher[key] = value
-    launcher["selector"] = names.selector_string(names.role_selector(job.name, names.ROLE_LAUNCHER))
-    out[names.LAUNCHER] = launcher
-    if job.worker is not None:
-        worker: dict[str, Any] = {}
-        phases = [phase(p) for p in v.workers.values()]
+def replica_statuses(job: MPIJob, v: JobView, old: Any, finished: bool) -> dict[str, Any]:
+    """Upstream's `replicaStatuses`, zero counts omitted and no `selector` (upstream never sets one):
+
+    - Launcher, while our launcher Job exists: `failed` from the Job, `succeeded: 1` once it is Complete,
+      else (not Failed) `active` = its Running pods. Without the Job the previous entry stays as it was.
+    - Worker, always present: the phases of workers 0..replicas-1, or `{}` while suspended and once the
+      launcher Job has finished (upstream lists no workers then).
+    - A finished job keeps its previous map; Worker is reset to `{}` if cleanPodPolicy deletes workers
+      (and by `_compute` in the call that finishes the job).
+    """
+    out: dict[str, Any] = clone(old) if isinstance(old, Mapping) else {}
+    if finished:
+        if job.spec.run_policy.clean_pod_policy in ("Running", "All"):
+            out[names.WORKER] = {}
+        return out
+    launcher = v.launcher
+    done = launcher is not None and any(condition_true(launcher, c) for c in ("Complete", "Failed"))
+    if launcher is not None:
+        failed = (launcher.get("status") or {}).get("failed") or 0
+        entry: dict[str, Any] = {}
+        if isinstance(failed, int) and not isinstance(failed, bool) and failed:
+            entry["failed"] = failed
+        if condition_true(launcher, "Complete"):
+            entry["succeeded"] = 1
+        elif not condition_true(launcher, "Failed"):
+            active = sum(1 for p in v.launcher_pods if phase(p) == "Running")
+            if active:
+                entry["active"] = active
+        out[names.LAUNCHER] = entry
+    worker: dict[str, Any] = {}
+    if not job.suspended and not done:
+        phases = [phase(p) for i, p in v.workers.items() if i < job.worker_replicas]
         for key, ph in (("active", "Running"), ("failed", "Failed"), ("succeeded", "Succeeded")):
-            count = phases.count(ph)
-            if count:
-                worker[key] = count
-        worker["selector"] = names.selector_string(names.role_selector(job.name, names.ROLE_WORKER))
-        out[names.WORKER] = worker
+            if phases.count(ph):
+                worker[key] = phases.count(ph)
+    out[names.WORKER] = worker
     return out

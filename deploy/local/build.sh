@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok) and, with --node, the real node's binaries (kubelet, a minimal CoreDNS) from Go modules into a
-# per-machine cache keyed by version. Idempotent: with a finished build it only prints the bin dir.
+# kwok) and, beside it, Kueue; with --node, the real node's binaries (kubelet, a minimal CoreDNS). From Go
+# modules into a per-machine cache keyed by version. Idempotent: with finished builds it only prints the
+# bin dir.
 #
-# Usage: deploy/local/build.sh                      build if needed, print the bin dir
+# Usage: deploy/local/build.sh                      build if needed, print the control plane's bin dir
 #        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
 #        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
 #        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
-#        deploy/local/build.sh --print-k8s-src  print the k8s.io/kubernetes module dir (downloads it if needed)
-# Env:   MPIJOB_K8S_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
-#        MPIJOB_K8S_BIN_DIR bin dir override (default <cache root>/<versions>/bin)
+#        deploy/local/build.sh --print-k8s-src      print the k8s.io/kubernetes module dir (downloads it if needed)
+#        deploy/local/build.sh --print-kueue-dir    print Kueue's dir: bin/kueue, install.yaml (its
+#                                                   config/default rendered) and config/; no build
+# Env:   MPIJOB_K8S_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
+#        MPIJOB_K8S_BIN_DIR   bin dir override (default <cache root>/<versions>/bin)
+#        MPIJOB_NODE_BIN_DIR  node bin dir override (default <cache root>/node_<versions>/bin)
+#        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,6 +26,7 @@ KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
 STAMP=.build-complete
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
+KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-$KUEUE_VERSION}
 # The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
 NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
 NODE_BIN_DIR=${MPIJOB_NODE_BIN_DIR:-$CACHE_ROOT/$NODE_KEY/bin}
@@ -32,55 +38,66 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 log() { echo "build.sh: $*" >&2; }
 fail() { echo "build.sh: error: $*" >&2; exit 1; }
 
-k8s_src() {
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+go_mod_dir() {
+  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
+k8s_src() { go_mod_dir "k8s.io/kubernetes@$K8S_VERSION"; }
 
 MODE=control-plane
 case "${1:-}" in
   --print-k8s-src) k8s_src; exit 0 ;;
   --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
+  --print-kueue-dir)
+    [ -f "$KUEUE_DIR/$STAMP" ] || { log "Kueue not built: $KUEUE_DIR"; exit 1; }
+    echo "$KUEUE_DIR"
+    exit 0
+    ;;
   --print-node-bin-dir)
     [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
-  --node) MODE=node; KEY=$NODE_KEY; BIN_DIR=$NODE_BIN_DIR; BINARIES="kubelet coredns" ;;
+  --node) MODE=node ;;
   "") ;;
-  *) echo "usage: $0 [--node|--print-bin-dir|--print-node-bin-dir|--print-k8s-src]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir]" >&2; exit 2 ;;
 esac
 
-if [ -f "$BIN_DIR/$STAMP" ]; then
-  echo "$BIN_DIR"
-  exit 0
-fi
-
-command -v go >/dev/null || fail "go not found: install Go >= 1.25 (the build fetches modules from the Go module proxy)"
-mkdir -p "$(dirname "$BIN_DIR")"
-# One build at a time per output dir; a second caller waits (naming the holder), then finds the stamp.
-LOCK="$BIN_DIR.lock"
-exec 9>>"$LOCK"
-if ! flock -n 9; then
-  holder=$(cat "$LOCK.holder" 2>/dev/null || true)
-  log "another build holds $LOCK (${holder:-holder unknown}); waiting for it"
-  waited=0
-  until flock -w 60 9; do
-    waited=$((waited + 1))
-    log "still waiting for the build lock (${waited} min; ${holder:-holder unknown})"
-  done
-fi
-echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$LOCK.holder"
-if [ -f "$BIN_DIR/$STAMP" ]; then
-  echo "$BIN_DIR"
-  exit 0
-fi
-# Everything goes to a temp dir next to BIN_DIR and is renamed in one step at the end, so an interrupted
-# build never leaves a directory that looks finished.
-STAGE=$(mktemp -d "$(dirname "$BIN_DIR")/.bin.partial.XXXXXX")
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpijob-k8s-build.XXXXXX")
-trap 'rm -rf "$WORK" "$STAGE"' EXIT
-BUILD_LOG="$(dirname "$BIN_DIR")/build-$KEY.log"
-: >"$BUILD_LOG"
 TIMINGS="$CACHE_ROOT/timings"
-START=$(date +%s)
+
+# locked_build OUT_DIR KEY FUNCTION: unless OUT_DIR carries the stamp, builds it with FUNCTION, which
+# fills $STAGE (using the scratch dir $WORK; go output goes to $BUILD_LOG through `stage`). Runs in a
+# subshell (own lock fd, trap, variables). One build per OUT_DIR at a time: a second caller waits for the
+# lock (naming the holder), then finds the stamp.
+locked_build() (
+  out=$1 key=$2 fn=$3
+  [ -f "$out/$STAMP" ] && exit 0
+  command -v go >/dev/null || fail "go not found: install Go >= 1.25 (the build fetches modules from the Go module proxy)"
+  mkdir -p "$(dirname "$out")"
+  lock="$out.lock"
+  exec 9>>"$lock"
+  if ! flock -n 9; then
+    holder=$(cat "$lock.holder" 2>/dev/null || true)
+    log "another build holds $lock (${holder:-holder unknown}); waiting for it"
+    waited=0
+    until flock -w 60 9; do
+      waited=$((waited + 1))
+      log "still waiting for the build lock (${waited} min; ${holder:-holder unknown})"
+    done
+  fi
+  echo "pid $$ since $(date -u +%H:%M:%SZ)" >"$lock.holder"
+  [ -f "$out/$STAMP" ] && exit 0
+  # Everything goes to a temp dir next to the output dir and is renamed in one step at the end, so an
+  # interrupted build never leaves a directory that looks finished.
+  STAGE=$(mktemp -d "$(dirname "$out")/.$(basename "$out").partial.XXXXXX")
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpijob-$key-build.XXXXXX")
+  trap 'rm -rf "$WORK" "$STAGE"' EXIT
+  BUILD_LOG="$(dirname "$out")/build-$key.log"
+  : >"$BUILD_LOG"
+  start=$(date +%s)
+  log "building $key from the Go module proxy; log: $BUILD_LOG"
+  "$fn"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
+  rm -rf "$out"
+  mv -T "$STAGE" "$out"
+  log "built $key in $(($(date +%s) - start))s"
+)
 
 # stage NAME TYPICAL_SECONDS FUNCTION: runs FUNCTION with its output in the build log, says how long the
 # stage took last time on this machine (or typically, on 2 cores), and on failure ends with one line.
@@ -123,7 +140,6 @@ build_kwok() {
   GOBIN="$STAGE" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
-# A scratch module in the current dir that can build commands of k8s.io/kubernetes at K8S_VERSION.
 k8s_module() {
   go mod init local/k8sbins >/dev/null 2>&1
   local gomod staging m gd
@@ -139,7 +155,6 @@ k8s_module() {
     go mod edit -replace="$m=$m@$staging"
   done
 }
-
 k8s_ldflags() {
   local minor build_date ldf="-s -w" p
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
@@ -150,7 +165,6 @@ k8s_ldflags() {
   done
   echo "$ldf"
 }
-
 build_kubernetes() {
   mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
   k8s_module
@@ -185,37 +199,62 @@ build_coredns() {
 # kills the writer with SIGPIPE (exit 141) and with it a finished build.
 first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*}"; }
 
-if [ "$MODE" = node ]; then
-  log "building the real node's kubelet and CoreDNS ($KEY) from the Go module proxy; log: $BUILD_LOG"
+control_plane() {
+  stage "etcd-$ETCD_VERSION" 90 build_etcd
+  stage "kwok-$KWOK_VERSION" 90 build_kwok
+  stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
+  for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
+  {
+    first_line "$STAGE/etcd" --version
+    first_line "$STAGE/kube-apiserver" --version
+    first_line "$STAGE/kwok" --version
+    echo "k8s-src: $(k8s_src)"
+  } >"$STAGE/versions.txt"
+}
+
+build_kueue() {
+  local v=sigs.k8s.io/kueue/pkg/version
+  mkdir -p "$STAGE/bin"
+  GOBIN="$STAGE/bin" go install -trimpath \
+    -ldflags "-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+}
+
+# The manifests of a real install, rendered the way `kubectl apply -k config/default` would (CRDs with
+# their conversion webhooks, RBAC, webhook configurations, the manager's Configuration), next to the
+# binary of the same version: localcluster adapts them to a process on loopback at run time.
+render_kueue_install() {
+  local src
+  src=$(go_mod_dir "sigs.k8s.io/kueue@$KUEUE_VERSION")
+  cp -r "$src/config" "$STAGE/config"
+  chmod -R u+w "$STAGE/config"
+  "$BIN_DIR/kubectl" kustomize "$STAGE/config/default" >"$STAGE/install.yaml"
+}
+
+kueue() {
+  stage "kueue-$KUEUE_VERSION" 600 build_kueue
+  [ -x "$STAGE/bin/kueue" ] || fail "the build made no kueue (see $BUILD_LOG)"
+  stage "kueue-$KUEUE_VERSION-manifests" 10 render_kueue_install
+  grep -q '^kind: MutatingWebhookConfiguration' "$STAGE/install.yaml" \
+    || fail "Kueue's rendered install.yaml has no webhook configuration (see $BUILD_LOG)"
+  echo "kueue $KUEUE_VERSION" >"$STAGE/versions.txt"
+}
+
+node_binaries() {
   stage "coredns-$COREDNS_VERSION" 360 build_coredns
   stage "kubelet-$K8S_VERSION" 720 build_kubelet
-  for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
+  for b in kubelet coredns; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
   {
     first_line "$STAGE/kubelet" --version
     first_line "$STAGE/coredns" -version
   } >"$STAGE/versions.txt"
-  date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
-  rm -rf "$BIN_DIR"
-  mv -T "$STAGE" "$BIN_DIR"
-  log "built in $(($(date +%s) - START))s"
-  echo "$BIN_DIR"
+}
+
+if [ "$MODE" = node ]; then
+  locked_build "$NODE_BIN_DIR" "$NODE_KEY" node_binaries
+  echo "$NODE_BIN_DIR"
   exit 0
 fi
-
-log "building the local control plane ($KEY) from the Go module proxy; log: $BUILD_LOG"
-stage "etcd-$ETCD_VERSION" 90 build_etcd
-stage "kwok-$KWOK_VERSION" 90 build_kwok
-stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
-
-for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
-{
-  first_line "$STAGE/etcd" --version
-  first_line "$STAGE/kube-apiserver" --version
-  first_line "$STAGE/kwok" --version
-  echo "k8s-src: $(k8s_src)"
-} >"$STAGE/versions.txt"
-date -u +%Y-%m-%dT%H:%M:%SZ >"$STAGE/$STAMP"
-rm -rf "$BIN_DIR"
-mv -T "$STAGE" "$BIN_DIR"
-log "built in $(($(date +%s) - START))s"
+locked_build "$BIN_DIR" "$KEY" control_plane
+locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
 echo "$BIN_DIR"

@@ -91,10 +91,8 @@ def test_first_status_and_running():
     first = status(j, observed(*created_children()), CFG)
     assert conds(first)["Created"]["reason"] == "MPIJobCreated"
     assert first["startTime"] == ts()
-    assert first["replicaStatuses"]["Worker"]["selector"] == (
-        "training.kubeflow.org/job-name=pi,training.kubeflow.org/job-role=worker,"
-        "training.kubeflow.org/operator-name=mpi-operator"
-    )
+    # The status follows the children just created: the launcher Job exists, no pods yet; no selector.
+    assert first["replicaStatuses"] == {"Launcher": {}, "Worker": {}}
     j["status"] = first
     later = NOW + timedelta(minutes=1)
     obs = observed(worker(0), worker(1), launcher(), launcher_pod("a", "Running", ts()), now=later)
@@ -318,3 +316,31 @@ def test_state_column_reads_the_current_state(case, state):
     if c:
         assert c[-1]["status"] == "True" or c[-1]["type"] == "Created"
         assert not (conds(st).get("Restarting", {}).get("status") == "True" and is_finished(c))
+
+
+def test_replica_statuses_follow_upstream_in_every_state():
+    """Upstream's counting: Launcher only once its Job exists (then kept as last seen), Worker always, `{}`
+    while suspended or once the launcher Job finished, workers past `replicas` not counted, never a
+    `selector` (Kueue's MultiKueue e2e compares `{active: 0, succeeded: 1}`-style maps exactly)."""
+    j = job()
+    running = launcher(active=1)
+    pods = [worker(0), worker(1), worker(2), launcher_pod("a", "Running", ts())]
+    st = status(j, observed(running, *pods), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+
+    j["status"] = st
+    gone = status(j, observed(*pods[:2]), CFG)  # launcher Job deleted: its entry stays as last seen
+    assert gone["replicaStatuses"] == {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+
+    complete = launcher(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
+    done = launcher_pod("a", "Succeeded", ts())
+    st = status(j, observed(complete, worker(0), worker(1), done), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"succeeded": 1}, "Worker": {}}
+
+    failed = launcher(failed=2, conditions=[{"type": "Failed", "status": "True"}])
+    st = status(job(), observed(failed, worker(0), launcher_pod("b", "Running", ts())), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {"failed": 2}, "Worker": {}}
+
+    suspended = job(runPolicy={"suspend": True})
+    st = status(suspended, observed(launcher(suspend=True), worker(0)), CFG)
+    assert st["replicaStatuses"] == {"Launcher": {}, "Worker": {}}

@@ -1,0 +1,57 @@
+"""Admission and quota: Kueue's webhook suspends the MPIJob created unsuspended, admission runs it to
+Succeeded with the Workload Finished and the quota released; three jobs with quota for one run one at a
+time, in order, the waiting ones with no pods."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.kueue.conftest import KueueE2E, active_replicas, condition_true, queued_job, suspended
+
+pytestmark = [pytest.mark.l2, pytest.mark.kueue]
+
+
+def test_admission_runs_the_job_to_succeeded_and_finishes_the_workload(kq: KueueE2E) -> None:
+    kq.queue([("plain", "10")])
+    created = kq.submit(queued_job("pi"))
+    # Created unsuspended: Kueue's mutating webhook (url: on loopback, our caBundle) suspended it.
+    assert suspended(created), created["spec"]["runPolicy"]
+
+    wl = kq.wait_admitted("pi", "plain")
+    assert [ps["count"] for ps in wl["spec"]["podSets"]] == [1, 2]
+    job = kq.wait_running("pi")
+    assert not suspended(job)
+    assert active_replicas(job) == {"Launcher": 1, "Worker": 2}
+    kq.wait_quota(3)
+
+    kq.release_launcher("pi")
+    done = kq.wait_condition("pi", "Succeeded")
+    assert done["status"]["replicaStatuses"]["Launcher"] == {"succeeded": 1}
+    wl = kq.wait_workload("pi", "Finished")
+    finished = next(c for c in wl["status"]["conditions"] if c["type"] == "Finished")
+    assert finished["reason"] == "Succeeded", finished
+    kq.wait_for(lambda: kq.used() == 0, "quota released after the job finished", timeout=30)
+    kq.wait_for(lambda: not kq.workers("pi"), "workers gone (cleanPodPolicy Running)", timeout=30)
+
+
+def test_quota_for_one_runs_three_jobs_one_at_a_time_in_order(kq: KueueE2E) -> None:
+    kq.queue([("plain", "3")], strategy="StrictFIFO")
+    names = ["first", "second", "third"]
+    for name in names:
+        kq.submit(queued_job(name))
+        time.sleep(1.1)  # creation timestamps have whole seconds: keep the queue order unambiguous
+
+    for i, name in enumerate(names):
+        kq.wait_admitted(name, "plain")
+        kq.wait_running(name)
+        for waiting in names[i + 1 :]:
+            assert not condition_true(kq.workload(waiting), "QuotaReserved"), waiting
+            assert suspended(kq.get(waiting)), waiting
+            assert kq.pods(waiting) == [], f"{waiting} has pods while it waits"
+        kq.wait_quota(3)
+        kq.release_launcher(name)
+        kq.wait_condition(name, "Succeeded")
+        kq.wait_workload(name, "Finished")
+    kq.wait_for(lambda: kq.used() == 0, "quota released after the last job", timeout=30)

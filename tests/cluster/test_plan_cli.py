@@ -73,7 +73,7 @@ def test_plan_and_kubectl_diff_after_convergence_and_drift(
     kube.create(MPIJOB, namespace, pi_job("pi"))
     wait_for(lambda: len(children(kube, namespace)) == 6, "children")
     wait_for(lambda: has_condition(kube.get(MPIJOB, namespace, "pi"), "Created"), "Created")
-    op.terminate()
+    op.stop()
 
     code, report = plan(l1_cluster.kubeconfig, "pi", "-n", namespace)
     assert (code, report["writes"], report["summary"]) == (0, 0, "plan: no changes"), report

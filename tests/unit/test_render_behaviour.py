@@ -169,3 +169,14 @@ def test_finished_job_keeps_its_last_discover_hosts_while_workers_are_cleaned_up
     # A running job keeps tracking its running workers.
     live = render(j, observed(worker(0), live_cm, launcher()), CFG)
     assert "pi-worker-1" not in by_kind(live, "ConfigMap")[0]["data"]["discover_hosts.sh"]
+
+
+def test_empty_ssh_auth_mount_path_is_the_default_as_upstream():
+    def ssh_mounts(spec_value):
+        kids = render(job(sshAuthMountPath=spec_value), observed(), Config())
+        pods = [o["spec"] for o in kids if o["kind"] == "Pod"]
+        pods += [o["spec"]["template"]["spec"] for o in kids if o["kind"] == "Job"]
+        return {m["mountPath"] for p in pods for c in p["containers"] for m in c.get("volumeMounts", [])}
+
+    assert "/root/.ssh" in ssh_mounts("")
+    assert ssh_mounts("") == ssh_mounts("/root/.ssh")

@@ -219,9 +219,9 @@ def mpijob_spec(k8s: Converter) -> Schema:
             "runPolicy": run_policy(k8s),
             "mpiReplicaSpecs": mpi_replica_specs(k8s),
             "sshAuthMountPath": string(
-                "Directory where the job's SSH key Secret is mounted in the launcher and in every worker.",
+                "Directory where the job's SSH key Secret is mounted in the launcher and in every worker. "
+                "Empty means the default, as upstream treats it.",
                 default="/root/.ssh",
-                minLength=1,
             ),
             "launcherCreationPolicy": string(
                 "When the launcher is created. AtStartup: together with the workers. WaitForWorkersReady: "

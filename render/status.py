@@ -60,10 +60,19 @@ def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
     return wanted
 
 
+def _started(launcher: Mapping[str, Any]) -> bool:
+    st = launcher.get("status") or {}
+    return bool(st.get("startTime") or st.get("active") or st.get("succeeded") or st.get("failed"))
+
+
 def children_created(job: MPIJob, config: Config, observed: Observed, v: JobView) -> bool:
     """Every child that exists at creation is in ``observed``, ours: the Service, ConfigMap, SSH Secret,
     and unless suspended the PodGroup (gang scheduling) and the workers; the launcher Job unless it
-    waits for the workers. ``Created=True`` means this, as upstream's (it writes status after them)."""
+    waits for the workers. ``Created=True`` means this, as upstream's (it writes status after them).
+    A launcher Job that has started is enough: it came after every other child, and a job that ran or
+    finished (its workers cleaned up) before a status write said so must still read Created."""
+    if v.launcher is not None and is_controlled_by(v.launcher, job.uid) and _started(v.launcher):
+        return True
     wanted = [
         (KIND_SERVICE, job.name),
         (KIND_CONFIGMAP, names.config_name(job.name)),

@@ -89,7 +89,9 @@ class FaultProxy:
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # cleanup() waits shutdown_timeout for open handlers; the operator's watches never end by themselves
+        # (aiohttp's 60 s default outlasted stop()'s 10 s and failed the scenario at its very end)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx)
         await site.start()

@@ -344,3 +344,17 @@ def test_replica_statuses_follow_upstream_in_every_state():
     suspended = job(runPolicy={"suspend": True})
     st = status(suspended, observed(launcher(suspend=True), worker(0)), CFG)
     assert st["replicaStatuses"] == {"Launcher": {}, "Worker": {}}
+
+
+def test_a_job_that_ran_before_its_created_status_was_written_still_reads_created():
+    """Found by the chaos tier: a create refused once (Created=False/FailedCreate), the retry created the
+    rest, the launcher ran and finished and the workers were cleaned up before a status write got
+    through: Created must not stay False on a finished job."""
+    j = job()
+    j["status"] = {
+        "conditions": [{"type": "Created", "status": "False", "reason": "FailedCreate", "message": "m"}]
+    }
+    done = launcher(conditions=[{"type": "Complete", "status": "True"}], succeeded=1, completionTime=ts())
+    st = status(j, observed(*created_children()[:3], done, launcher_pod("a", "Succeeded", ts())), CFG)
+    assert conds(st)["Created"]["status"] == "True"
+    assert conds(st)["Succeeded"]["status"] == "True"

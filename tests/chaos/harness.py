@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
@@ -26,6 +24,7 @@ from localcluster import ClusterSpec, LocalCluster, pki
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
+from tests.e2e.support import kubectl
 
 REPO = Path(__file__).resolve().parents[2]
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
@@ -44,15 +43,6 @@ CHILD_PLURALS = ("pods", "services", "configmaps", "secrets", "jobs")
 def ts(text: str) -> float:
     """An audit timestamp (RFC 3339, microseconds) as epoch seconds."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def kubectl(cluster: LocalCluster, *args: str) -> str:
-    out = subprocess.run(
-        ["kubectl", *args], env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=120
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
-    return out.stdout
 
 
 # -- the cluster ------------------------------------------------------------------------------------------

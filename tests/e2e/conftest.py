@@ -13,10 +13,11 @@ ServiceAccount's RBAC (never admin), and an `E2E` helper per test.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from localcluster import LocalCluster
+from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.kube import Kube
@@ -85,3 +86,14 @@ def e2e(e2e_cluster: LocalCluster, kube: Kube, namespace: str, operator: Operato
     if not operator.alive():  # a crashed operator would fail every later test: start it again
         operator.start()
     return E2E(e2e_cluster, kube, namespace, operator)
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A fresh L2 cluster for one test (installs that must not meet the session cluster's)."""
+    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-from localcluster import ClusterSpec, LocalCluster
+from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.kube import MPIJOB, Kube
@@ -26,16 +24,6 @@ pytestmark = pytest.mark.l2
 
 CHART = REPO / "deploy" / "helm" / "mpi-operator"
 NS = "mpi-operator"
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def helm(cluster: LocalCluster, *args: str) -> str:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-from localcluster import ClusterSpec, LocalCluster
+from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.kube import JOB, MPIJOB, POD, Kube
@@ -38,16 +36,6 @@ UPSTREAM_SELECTOR = {
     "app.kubernetes.io/name": "mpi-operator",
     "kustomize.component": "mpi-operator",
 }
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

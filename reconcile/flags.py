@@ -94,8 +94,19 @@ def parser() -> argparse.ArgumentParser:
         "namespaces (a namespace-scoped install needs Roles in these only: deploy/namespaced)",
     )
     p.add_argument("--threadiness", type=go_int, default=2, help="worker threads that sync MPIJobs")
-    p.add_argument("--kube-api-qps", type=go_float, default=5, help="client-side API requests per second")
-    p.add_argument("--kube-api-burst", type=go_int, default=10, help="client-side API request burst")
+    p.add_argument(
+        "--kube-api-qps",
+        type=go_float,
+        default=0,
+        help="client-side API requests per second; 0: no fixed limit, the client follows the API server's "
+        "429s (Retry-After) and latency",
+    )
+    p.add_argument(
+        "--kube-api-burst",
+        type=go_int,
+        default=10,
+        help="client-side API request burst (with --kube-api-qps > 0)",
+    )
     p.add_argument(
         "--controller-queue-rate-limit", type=go_float, default=10, help="work queue keys per second"
     )

@@ -4,15 +4,18 @@ Objects stay plain dicts (``_preload_content=False`` style: raw bytes and ``json
 client's typed models, which cost several times the memory and drop unknown fields.
 
 ``Kube`` also wraps the ``ApiClient``'s REST layer, so every request made through that client (ours, the
-executor's typed calls, anything else) waits on one token bucket (``--kube-api-qps``/``--kube-api-burst``)
-and is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every write
-(anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``, counted
-with code ``fenced``).
+executor's typed calls, anything else) passes one ``AdaptiveLimiter`` (no fixed limit by default, or
+``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429
+is retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and
+every request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
+write (anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``,
+counted with code ``fenced``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,13 +25,14 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from reconcile.fence import Fence, NotLeader
-from reconcile.ratelimit import TokenBucket
+from reconcile.ratelimit import AdaptiveLimiter, retry_after_seconds
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 DISCOVERY_BURST = 100
+MAX_RETRIES = 5  # retries of one request the server throttled (429, or a 5xx with Retry-After)
 
 
 @attrs.frozen
@@ -156,19 +160,21 @@ class Kube:
         self,
         api_client: ApiClient,
         *,
-        qps: float = 5,
+        qps: float = 0,
         burst: int = 10,
         on_request: Callable[[str, str, str], None] | None = None,
         user_agent: str = "mpi-operator",
         fence: Fence | None = None,
     ) -> None:
+        """``qps`` > 0 pins a fixed limit (a token bucket with ``burst``); 0 leaves the pace to the server,
+        whose 429s and latency the limiter follows."""
         self.api_client = api_client
         api_client.user_agent = user_agent
-        self._bucket = TokenBucket(qps, burst) if qps > 0 else None
+        self.limiter = AdaptiveLimiter(qps if qps > 0 else None, burst)
         # API discovery (the dynamic client's /api, /apis, /apis/<group>/<version>, about 20 requests on a
-        # first start) waits on a bucket of its own with a larger burst: spending the main burst on it made
+        # first start) waits on a limiter of its own with a larger burst: spending the main burst on it made
         # the first job after a start wait seconds for tokens (client-go's typed clients need no discovery).
-        self._discovery_bucket = TokenBucket(qps, max(burst, DISCOVERY_BURST)) if qps > 0 else None
+        self._discovery_limiter = AdaptiveLimiter(qps if qps > 0 else None, max(burst, DISCOVERY_BURST))
         self._on_request = on_request
         self.fence = fence
         self._instrument()
@@ -179,22 +185,17 @@ class Kube:
         if getattr(rest, "_mpi_operator_wrapped", False):
             return
         inner = rest.request
-        main_bucket, discovery_bucket = self._bucket, self._discovery_bucket
+        main_limiter, discovery_limiter = self.limiter, self._discovery_limiter
         on_request = self._on_request
         fence = self.fence
 
-        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            verb, kind = classify(method, url)
-            bucket = discovery_bucket if kind == "discovery" else main_bucket
-            if bucket is not None:
-                bucket.wait()
+        def send(method: str, url: str, verb: str, kind: str, args: Any, kwargs: Any) -> Any:
             try:
                 if fence is None or method.upper() in READS:
-                    resp = inner(method, url, *args, **kwargs)
-                else:
-                    # checked after the rate limiter's wait: the fence may have closed meanwhile
-                    with fence.write(f"{verb} {kind}"):
-                        resp = inner(method, url, *args, **kwargs)
+                    return inner(method, url, *args, **kwargs)
+                # checked after the rate limiter's wait: the fence may have closed meanwhile
+                with fence.write(f"{verb} {kind}"):
+                    return inner(method, url, *args, **kwargs)
             except NotLeader:
                 if on_request is not None:
                     on_request(verb, kind, "fenced")
@@ -203,9 +204,27 @@ class Kube:
                 if on_request is not None:
                     on_request(verb, kind, "error")
                 raise
-            if on_request is not None:
-                on_request(verb, kind, str(resp.status))
-            return resp
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            verb, kind = classify(method, url)
+            limiter = discovery_limiter if kind == "discovery" else main_limiter
+            attempt = 0
+            while True:
+                limiter.wait()
+                started = time.monotonic()
+                resp = send(method, url, verb, kind, args, kwargs)
+                code = int(getattr(resp, "status", 200) or 200)
+                retry_after = retry_after_seconds(_header(resp, "Retry-After"))
+                # a watch's latency is its whole life: only its answer code counts
+                latency = None if verb == "watch" else time.monotonic() - started
+                limiter.observe(latency, code, retry_after)
+                if on_request is not None:
+                    on_request(verb, kind, str(code))
+                throttled = code == 429 or (code >= 500 and retry_after is not None)
+                if not throttled or verb == "watch" or attempt >= MAX_RETRIES:
+                    return resp
+                attempt += 1
+                _drain(resp)
 
         rest.request = request
         rest._mpi_operator_wrapped = True
@@ -344,6 +363,26 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         return self.request("DELETE", res.path(namespace, name), body=body)
+
+
+def _header(resp: Any, name: str) -> str | None:
+    headers = getattr(resp, "headers", None)
+    try:
+        value = headers.get(name) if headers is not None else None
+    except Exception:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _drain(resp: Any) -> None:
+    """Read a response we retry, so its connection goes back to the pool."""
+    try:
+        resp.read()
+        release = getattr(getattr(resp, "response", None), "release_conn", None)
+        if release is not None:
+            release()
+    except Exception:
+        pass
 
 
 def is_status(err: BaseException, *codes: int) -> bool:

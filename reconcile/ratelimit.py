@@ -111,3 +111,149 @@ class MaxOfLimiter:
 def controller_rate_limiter(qps: float = 10, burst: int = 100, clock: Clock = time.monotonic) -> MaxOfLimiter:
     """Upstream's queue limiter: per-key 5 ms → 1000 s, and an overall bucket (#674)."""
     return MaxOfLimiter(ItemExponentialLimiter(0.005, 1000.0), BucketLimiter(TokenBucket(qps, burst, clock)))
+
+
+# -- the API client's limiter ------------------------------------------------------------------------------
+RETRY_AFTER_DEFAULT = 1.0  # a 429 without Retry-After: pause this long
+RETRY_AFTER_MAX = 30.0  # never trust a Retry-After further than this
+MIN_QPS = 1.0  # the slowest a series of 429s can push the client
+LATENCY_FLOOR_QPS = 5.0  # rising latency alone never slows the client below the old fixed default
+LATENCY_FACTOR = 4.0  # latency this many times the baseline counts as the server struggling
+LATENCY_MIN = 0.25  # ...and only if it is at least this many seconds (loopback latencies are noise)
+UNLIMITED_ABOVE = 500.0  # a limit recovered past this many QPS is lifted
+ADJUST_EVERY = 1.0  # seconds between two changes of the limit (one burst of 429s is one signal)
+
+
+class AdaptiveLimiter:
+    """The API client's limiter: no client-side limit while the server keeps up, AIMD when it says not.
+
+    * ``ceiling`` (``--kube-api-qps`` > 0) with ``burst``: a token bucket never faster than that, as the
+      fixed limiter was; ``None``: no fixed limit, the server's flow control (API Priority and Fairness)
+      is the limit, and its signals are obeyed:
+    * a 429 (or a 5xx with ``Retry-After``) pauses every request of this client for ``Retry-After``
+      seconds and halves the rate to at most half of what was achieved in the last second;
+    * latency above ``LATENCY_FACTOR`` x a slowly rising baseline (and above ``LATENCY_MIN``) multiplies
+      the rate by 0.7, never below ``LATENCY_FLOOR_QPS``;
+    * each second without such a signal the rate grows by a quarter; past ``UNLIMITED_ABOVE`` (or the
+      ceiling) it is lifted back to the ceiling, or to no limit.
+
+    Not client-go's shape (a fixed bucket, and a 429 retried after Retry-After), because a fixed number
+    is either too low for a healthy server or too high for a loaded one.
+    """
+
+    def __init__(
+        self,
+        ceiling: float | None = None,
+        burst: int = 10,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if ceiling is not None and (ceiling <= 0 or burst < 1):
+            raise ValueError(f"a fixed limit needs qps > 0 and burst >= 1, got {ceiling}, {burst}")
+        self.ceiling = ceiling
+        self.burst = max(1, int(burst))
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self.rate: float | None = ceiling  # None: no limit now
+        self._tokens = float(self.burst)
+        self._stamp = clock()
+        self._pause_until = 0.0
+        self._changed = -ADJUST_EVERY
+        self._done: list[float] = []  # completion times within the last second (achieved rate)
+        self._fast: float | None = None  # EWMA of request latency
+        self._base: float | None = None  # baseline latency: a minimum that rises slowly
+        self._base_stamp = 0.0
+        self.throttled = 0  # 429s seen (for the metrics and the benchmark)
+
+    # -- before a request ---------------------------------------------------------------------------
+    def reserve(self) -> float:
+        """Seconds the caller must wait before sending (taking a token if limited)."""
+        with self._lock:
+            now = self._clock()
+            delay = max(0.0, self._pause_until - now)
+            if self.rate is None:
+                return delay
+            start = now + delay
+            self._tokens = min(self.burst, self._tokens + max(0.0, start - self._stamp) * self.rate)
+            self._stamp = max(self._stamp, start)
+            self._tokens -= 1.0
+            if self._tokens >= 0:
+                return delay
+            return delay + -self._tokens / self.rate
+
+    def wait(self) -> float:
+        delay = self.reserve()
+        if delay > 0:
+            self._sleep(delay)
+        return delay
+
+    # -- after a response ---------------------------------------------------------------------------
+    def observe(self, latency: float | None, code: int, retry_after: float | None = None) -> None:
+        """One answer: its latency (None for a watch, whose answer time says nothing), code, Retry-After."""
+        with self._lock:
+            now = self._clock()
+            self._done = [t for t in self._done if now - t < 1.0]
+            self._done.append(now)
+            achieved = float(len(self._done))
+            if code == 429 or (code >= 500 and retry_after is not None):
+                if code == 429:
+                    self.throttled += 1
+                pause = RETRY_AFTER_DEFAULT if retry_after is None else retry_after
+                pause = min(RETRY_AFTER_MAX, max(0.0, pause))
+                self._pause_until = max(self._pause_until, now + pause)
+                self._decrease(now, achieved, 0.5, MIN_QPS)
+                return
+            if latency is None:
+                return
+            self._track_latency(now, latency)
+            assert self._fast is not None and self._base is not None
+            if self._fast > max(LATENCY_FACTOR * self._base, LATENCY_MIN):
+                self._decrease(now, achieved, 0.7, LATENCY_FLOOR_QPS)
+            else:
+                self._increase(now)
+
+    def _track_latency(self, now: float, latency: float) -> None:
+        latency = max(0.0, latency)
+        self._fast = latency if self._fast is None else 0.8 * self._fast + 0.2 * latency
+        if self._base is None:
+            self._base, self._base_stamp = latency, now
+            return
+        # The baseline doubles in a minute unless a faster answer pulls it down: a lasting change of the
+        # server's pace becomes the new normal instead of throttling the client for ever.
+        self._base *= 2 ** (max(0.0, now - self._base_stamp) / 60.0)
+        self._base_stamp = now
+        self._base = max(1e-4, min(self._base, latency))
+
+    def _decrease(self, now: float, achieved: float, factor: float, floor: float) -> None:
+        if now - self._changed < ADJUST_EVERY:
+            return
+        current = achieved if self.rate is None else min(self.rate, achieved)
+        new = max(floor, factor * current)
+        if self.ceiling is not None:
+            new = min(new, self.ceiling)
+        if self.rate is None or new < self.rate:
+            if self.rate is None:
+                self._tokens, self._stamp = 1.0, now
+            self.rate = new
+            self._changed = now
+
+    def _increase(self, now: float) -> None:
+        if self.rate is None or now - self._changed < ADJUST_EVERY or self.rate == self.ceiling:
+            return
+        new = self.rate * 1.25
+        limit = self.ceiling if self.ceiling is not None else UNLIMITED_ABOVE
+        self.rate = self.ceiling if new >= limit else new
+        self._changed = now
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (the API server sends whole seconds), None if absent or odd."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None

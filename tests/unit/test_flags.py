@@ -122,7 +122,9 @@ def test_log_file_with_and_without_stderr(tmp_path, capsys):
 def test_flag_defaults_match_upstream(monkeypatch):
     monkeypatch.setenv("KUBEFLOW_NAMESPACE", "kf")
     a = flags.parse([])
-    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (2, 5, 10)
+    # one deliberate difference (issue 17): no fixed client-side QPS; upstream's burst stays for pins
+    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (2, 0, 10)
+    assert flags.parse(["--kube-api-qps=5"]).kube_api_qps == 5
     assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (10, 100)
     assert (a.lock_namespace, a.namespace, a.monitoring_port) == ("mpi-operator", "kf", 8080)
     assert flags.parse(["--kubeConfig", "/k"]).kubeconfig == "/k"

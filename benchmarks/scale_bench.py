@@ -10,18 +10,34 @@ submits the jobs at once and prints:
 - writes per job against the target: one write per child object created or deleted, plus one status
   write per status transition (a change of the conditions, startTime or completionTime, observed with a
   watch on the MPIJobs);
-- the operator's peak RSS (VmHWM) and CPU seconds (utime + stime).
+- the operator's peak RSS (VmHWM) and CPU seconds (utime + stime), and the memory one cached object of
+  each kind costs (the operator's cache form of the objects listed at the peak, measured with tracemalloc);
+- the API server's own pace for the same writes: after the operator's run, on the same cluster, a plain
+  client (no client-side limit, ``--pace-threads`` concurrent requests, a ServiceAccount user like the
+  operator, so the same API Priority and Fairness level) creates the same MPIJobs and children in the
+  namespace ``pace``; the operator's time until every child exists is printed as a ratio to it;
+- with ``--load N``: N threads of a second ServiceAccount client load the API server during the operator's
+  run (cluster-wide pod lists, ConfigMap creates and deletes), by default on an API server with a small
+  ``--max-requests-inflight`` so that the load saturates it; the 429s each client got are printed, and
+  the operator's limiter's behaviour (its rate limit over time, from its metrics).
 
 Targets are printed, not asserted. Usage:
 
     .venv/bin/python benchmarks/scale_bench.py --jobs 20 --workers 4
-    .venv/bin/python benchmarks/scale_bench.py               # 200 x 4
+    .venv/bin/python benchmarks/scale_bench.py               # 200 x 4, the defaults
+    .venv/bin/python benchmarks/scale_bench.py --operator-arg=--kube-api-qps=50 \\
+        --operator-arg=--kube-api-burst=100
+    .venv/bin/python benchmarks/scale_bench.py --load 48     # a competing client on a loaded server
+    .venv/bin/python benchmarks/scale_bench.py --save /tmp/200.json
+    .venv/bin/python benchmarks/scale_bench.py --jobs 1000 --workers 8 --compare /tmp/200.json
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import datetime
+import json
 import math
 import os
 import subprocess
@@ -29,33 +45,44 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client, config, watch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import render  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
+from reconcile import kube as k  # noqa: E402
+from reconcile.cacheform import cache_form  # noqa: E402
 
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 NAMESPACE = "bench"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 READ_VERBS = {"get", "list", "watch"}
 PODS_PER_NODE = 100  # kwok nodes allow 110; keep headroom
-RSS_TARGET_MIB = 150
+RSS_TARGET_MIB = 91  # upstream v0.8.2's peak at 200 x 4 (issue 17)
+RATIO_TARGET = 1.3
+PACE_NS, PACE_USER = "pace", "system:serviceaccount:pace:pacer"
+LOAD_NS, LOAD_USER = "load", "system:serviceaccount:load:loader"
+# a loaded API server: 30 seats in all, so that a Python load client saturates APF's levels
+LOADED_APISERVER = ("--max-requests-inflight=20", "--max-mutating-requests-inflight=10")
+CACHED_KINDS = (k.POD, k.JOB, k.SERVICE, k.CONFIGMAP, k.SECRET, k.MPIJOB)
 
 
-def mpijob(name: str, workers: int) -> dict[str, Any]:
+def mpijob(name: str, workers: int, namespace: str = NAMESPACE) -> dict[str, Any]:
     """Upstream's pi example, root Open MPI; kwok finishes the launcher pod 1 s after it runs."""
     image = "mpioperator/mpi-pi:openmpi"
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "slotsPerWorker": 1,
             "runPolicy": {"cleanPodPolicy": "Running"},
@@ -82,6 +109,129 @@ def mpijob(name: str, workers: int) -> dict[str, Any]:
             },
         },
     }
+
+
+# -- plain clients: the API server's pace, and the competing load ------------------------------------------
+def user_client(cluster: LocalCluster, user: str, pool: int) -> client.ApiClient:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.write_user_kubeconfig(user)), client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def raw(
+    api: client.ApiClient, method: str, path: str, body: Any = None, query: Any = ()
+) -> tuple[int, bytes]:
+    """One request, no client-side limit, no retry: (code, body)."""
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    req = api.param_serialize(method, path, query_params=list(query), header_params=headers, body=body)
+    try:
+        resp = api.call_api(*req, _request_timeout=120)
+    except Exception:
+        return 0, b""
+    return resp.status, resp.read() or b""
+
+
+def pace_objects(jobs: int, workers: int) -> list[dict[str, Any]]:
+    """The MPIJobs and the children the operator creates for them (render's), in the namespace ``pace``,
+    without ownerReferences (their owners' UIDs are made up: the garbage collector would delete them)."""
+    observed = render.Observed.from_objects(
+        (), now=datetime.datetime.now(datetime.UTC), fresh_ssh_key=render.generate_ssh_key()
+    )
+    out: list[dict[str, Any]] = []
+    for i in range(jobs):
+        job = mpijob(f"job-{i:04d}", workers, PACE_NS)
+        owner = {**job, "metadata": {**job["metadata"], "uid": f"pace-{i}"}}
+        out.append(job)
+        for child in render.render(owner, observed, render.Config()):
+            child["metadata"].pop("ownerReferences", None)
+            out.append(child)
+    return out
+
+
+def measure_pace(api: client.ApiClient, objects: list[dict[str, Any]], threads: int) -> tuple[float, dict]:
+    """Seconds for ``threads`` concurrent requests to create ``objects``; answer codes counted."""
+
+    def create(obj: dict[str, Any]) -> int:
+        return raw(api, "POST", k.resource_for(obj).path(obj["metadata"]["namespace"]), obj)[0]
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        codes = collections.Counter(pool.map(create, objects))
+    return time.monotonic() - began, dict(codes)
+
+
+class Load:
+    """``threads`` threads of a second client, each in a loop: list pods cluster-wide (a page of 500),
+    create a ConfigMap, delete it. Answer codes counted."""
+
+    def __init__(self, api: client.ApiClient, threads: int) -> None:
+        self.api, self.threads = api, threads
+        self.stop_event = threading.Event()
+        self.codes: collections.Counter[int] = collections.Counter()
+        self._lock = threading.Lock()
+        self._pool: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for i in range(self.threads):
+            t = threading.Thread(target=self._run, args=(i,), daemon=True)
+            t.start()
+            self._pool.append(t)
+
+    def _run(self, i: int) -> None:
+        n = 0
+        cm_path = k.CONFIGMAP.path(LOAD_NS)
+        while not self.stop_event.is_set():
+            n += 1
+            name = f"load-{i}-{n}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name},
+                "data": {"x": "y" * 512},
+            }
+            got = [
+                raw(self.api, "GET", k.POD.path(), query=[("limit", 500)])[0],
+                raw(self.api, "POST", cm_path, body)[0],
+                raw(self.api, "DELETE", k.CONFIGMAP.path(LOAD_NS, name))[0],
+            ]
+            with self._lock:
+                self.codes.update(got)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self._pool:
+            t.join(130)
+
+
+def grant_admin(cluster: LocalCluster, *users: str) -> None:
+    for user in users:
+        name = user.replace(":", "-")
+        kubectl(
+            cluster, "create", "clusterrolebinding", name, "--clusterrole=cluster-admin", f"--user={user}"
+        )
+
+
+# -- memory per cached object -----------------------------------------------------------------------------
+def cache_cost(api: client.ApiClient) -> dict[str, tuple[int, float, float]]:
+    """kind -> (objects, bytes of JSON per object, bytes per object in the operator's cache form), from the
+    objects in the benchmark's namespace now."""
+    out: dict[str, tuple[int, float, float]] = {}
+    for res in CACHED_KINDS:
+        code, data = raw(api, "GET", res.path(NAMESPACE))
+        if code != 200:
+            continue
+        blobs = [json.dumps(item).encode() for item in json.loads(data).get("items") or []]
+        if not blobs:
+            continue
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        cached = [cache_form(json.loads(b), res.api_version, res.kind) for b in blobs]
+        used = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        del cached
+        out[res.kind] = (len(blobs), sum(map(len, blobs)) / len(blobs), used / len(blobs))
+    return out
 
 
 # -- the operator process ---------------------------------------------------------------------------------
@@ -171,36 +321,71 @@ def kubectl(cluster: LocalCluster, *args: str) -> None:
     subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env()}, check=True, capture_output=True)
 
 
+def operator_samples(op: OperatorRunner) -> tuple[float, float]:
+    """(429 answers so far, the client's rate limit now; 0: none) from the operator's metrics."""
+    throttled = limit = 0.0
+    for (name, labels), value in op.metrics().items():
+        if name == "mpi_operator_api_requests_total" and dict(labels).get("code") == "429":
+            throttled += value
+        elif name == "mpi_operator_client_rate_limit":
+            limit = value
+    return throttled, limit
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for all jobs")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all jobs")
     parser.add_argument(
         "--operator-arg",
         action="append",
         default=[],
         help="extra operator flag, repeatable (e.g. --operator-arg=--kube-api-qps=50)",
     )
+    parser.add_argument("--pace-threads", type=int, default=16, help="concurrent requests of the pace client")
+    parser.add_argument("--no-pace", action="store_true", help="skip the API server's pace")
+    parser.add_argument("--load", type=int, default=0, help="threads of a competing client during the run")
+    parser.add_argument(
+        "--apiserver-arg",
+        action="append",
+        default=None,
+        help=f"extra kube-apiserver flag, repeatable (with --load default: {' '.join(LOADED_APISERVER)})",
+    )
+    parser.add_argument("--save", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--compare", type=Path, help="print growth against a --save'd run")
     args = parser.parse_args()
     pods = args.jobs * (args.workers + 1)
-    nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
+    # twice the pods: the pace client's copies are scheduled too, after the operator's
+    nodes = max(2, 2 * math.ceil(pods / PODS_PER_NODE) + 1)
+    apiserver_args = tuple(args.apiserver_arg if args.apiserver_arg is not None else ())
+    if args.load and args.apiserver_arg is None:
+        apiserver_args = LOADED_APISERVER
     work = Path(tempfile.mkdtemp(prefix="scale-bench-"))
     print(f"== {args.jobs} MPIJobs x {args.workers} workers = {pods} pods on {nodes} kwok nodes", flush=True)
     print(f"== operator flags: {' '.join(args.operator_arg) or '(defaults)'}; logs in {work}", flush=True)
+    if apiserver_args:
+        print(f"== kube-apiserver flags: {' '.join(apiserver_args)}", flush=True)
+    if args.load:
+        print(f"== competing load: {args.load} threads (pod lists, ConfigMap creates/deletes)", flush=True)
 
-    cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes), work_dir=work / "cluster", keep_work_dir=True)
+    spec = ClusterSpec(tier="l2", nodes=nodes, apiserver_args=apiserver_args)
+    cluster = LocalCluster(spec, work_dir=work / "cluster", keep_work_dir=True)
     cluster.start()
     operator: OperatorRunner | None = None
     watcher: StatusWatcher | None = None
+    load: Load | None = None
+    figures: dict[str, Any] = {"jobs": args.jobs, "workers": args.workers, "operator_args": args.operator_arg}
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
         api = cluster.api_client()
         wait_for_crds(api, ["mpijobs.kubeflow.org"])
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        for ns in (NAMESPACE, PACE_NS, LOAD_NS):
+            core.create_namespace({"metadata": {"name": ns}})
         wait_for_default_service_account(core, NAMESPACE)
+        grant_admin(cluster, PACE_USER, LOAD_USER)
 
         kubeconfig = cluster.write_user_kubeconfig(SA_USER)
         operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
@@ -208,29 +393,52 @@ def main() -> int:
         idle = requests(operator)
         watcher = StatusWatcher(cluster.api_client())
         watcher.start()
+        if args.load:
+            load = Load(user_client(cluster, LOAD_USER, args.load + 4), args.load)
+            load.start()
+            time.sleep(5)  # the server is loaded before the jobs come
+            print(f"load running: {sum(load.codes.values())} requests in 5 s, codes {dict(load.codes)}")
 
+        # submitted as the pace client creates: the same concurrency, so the ratio compares like with like
+        submitter = user_client(cluster, PACE_USER, args.pace_threads + 4)
         began = time.monotonic()
-        for i in range(args.jobs):
-            custom.create_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, PLURAL, mpijob(f"job-{i:04d}", args.workers)
-            )
+        with ThreadPoolExecutor(args.pace_threads) as pool:
+            bad = [
+                code
+                for code, _ in pool.map(
+                    lambda i: raw(
+                        submitter, "POST", k.MPIJOB.path(NAMESPACE), mpijob(f"job-{i:04d}", args.workers)
+                    ),
+                    range(args.jobs),
+                )
+                if code != 201
+            ]
+        if bad:
+            raise RuntimeError(f"{len(bad)} MPIJobs not created: {collections.Counter(bad)}")
         submitted = time.monotonic() - began
         print(f"submitted {args.jobs} MPIJobs in {submitted:.1f}s", flush=True)
 
         t_launchers = t_done = None
         peak_rss = 0
         last_line = ""
+        costs: dict[str, tuple[int, float, float]] = {}
+        limits: list[tuple[float, float, float]] = []  # (t, 429s so far, limit)
         while time.monotonic() - began < args.timeout:
             if not operator.alive():
                 raise RuntimeError(f"operator exited:\n{operator.log_tail(4000)}")
             hwm, _ = proc_stats(operator.pid)
             peak_rss = max(peak_rss, hwm)
+            now = time.monotonic() - began
+            throttled, limit = operator_samples(operator)
+            if not limits or limits[-1][1:] != (throttled, limit):
+                limits.append((now, throttled, limit))
             if t_launchers is None:
                 jobs = batch.list_namespaced_job(NAMESPACE).items
                 launchers = sum(1 for j in jobs if j.metadata.name.endswith("-launcher"))
                 if launchers >= args.jobs:
                     t_launchers = time.monotonic() - began
                     print(f"all {args.jobs} launcher Jobs exist after {t_launchers:.1f}s", flush=True)
+                    costs = cache_cost(api)  # the most objects are cached now
             items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
             succeeded = sum(
                 1
@@ -240,7 +448,9 @@ def main() -> int:
                     for c in (mj.get("status") or {}).get("conditions") or []
                 )
             )
-            line = f"[{time.monotonic() - began:6.1f}s] succeeded {succeeded}/{args.jobs}"
+            line = f"[{now:6.1f}s] succeeded {succeeded}/{args.jobs}"
+            if args.load:
+                line += f"; operator 429s {throttled:.0f}, limit {limit:.0f} qps (0: none)"
             if line.split("]")[1] != last_line.split("]")[-1]:
                 print(line, flush=True)
                 last_line = line
@@ -250,6 +460,10 @@ def main() -> int:
             time.sleep(0.5)
         if t_done is None:
             print(f"TIMEOUT after {args.timeout:.0f}s", flush=True)
+        load_codes: dict[int, int] = {}
+        if load is not None:
+            load.stop()
+            load_codes = dict(load.codes)
 
         # Let cleanup (worker deletions after success) finish and the writes settle.
         settle_deadline = time.monotonic() + 120
@@ -270,9 +484,39 @@ def main() -> int:
         hwm, cpu = proc_stats(operator.pid)
         peak_rss = max(peak_rss, hwm)
         final = requests(operator)
-        report(args, idle, final, watcher, t_launchers, t_done, peak_rss, cpu, batch, core)
+        codes = operator_codes(operator)
+        operator.stop()
+        operator = None
+
+        pace = None
+        if not args.no_pace:
+            objects = pace_objects(args.jobs, args.workers)
+            pacer = user_client(cluster, PACE_USER, args.pace_threads + 4)
+            pace, pace_codes = measure_pace(pacer, objects, args.pace_threads)
+            print(
+                f"pace: {len(objects)} creates by {args.pace_threads} threads in {pace:.1f}s "
+                f"({len(objects) / pace:.0f}/s), codes {pace_codes}",
+                flush=True,
+            )
+        figures.update(
+            t_launchers=t_launchers,
+            t_done=t_done,
+            pace=pace,
+            rss_mib=peak_rss / 2**20,
+            cpu=cpu,
+            codes=codes,
+            load_codes={str(c): n for c, n in load_codes.items()},
+            cache={kind: list(v) for kind, v in costs.items()},
+        )
+        report(args, idle, final, watcher, figures, limits, batch, core)
+        if args.save:
+            args.save.write_text(json.dumps(figures, indent=1))
+        if args.compare:
+            growth(json.loads(args.compare.read_text()), figures)
         return 0 if t_done is not None else 1
     finally:
+        if load is not None:
+            load.stop()
         if watcher is not None:
             watcher.stop_event.set()
         if operator is not None:
@@ -280,19 +524,35 @@ def main() -> int:
         cluster.stop()
 
 
+def operator_codes(op: OperatorRunner) -> dict[str, float]:
+    out: dict[str, float] = collections.defaultdict(float)
+    for (name, labels), value in op.metrics().items():
+        if name == "mpi_operator_api_requests_total":
+            out[dict(labels)["code"]] += value
+    return dict(out)
+
+
+# Why a write above the target is there, by (verb, kind).
+WHY = {
+    ("patch", "ConfigMap"): "discover_hosts.sh lists the Running workers: rewritten as they start",
+    ("update", "MPIJob/status"): "status writes beyond one per transition",
+    ("create", "Event"): "Events (upstream records the same ones)",
+    ("patch", "Event"): "Event series (repeats counted on the Event)",
+}
+
+
 def report(
     args: argparse.Namespace,
     idle: dict[tuple[str, str], float],
     final: dict[tuple[str, str], float],
     watcher: StatusWatcher,
-    t_launchers: float | None,
-    t_done: float | None,
-    peak_rss: int,
-    cpu: float,
+    figures: dict[str, Any],
+    limits: list[tuple[float, float, float]],
     batch: client.BatchV1Api,
     core: client.CoreV1Api,
 ) -> None:
     n = args.jobs
+    t_launchers, t_done, pace = figures["t_launchers"], figures["t_done"], figures["pace"]
     delta = {k: final.get(k, 0) - idle.get(k, 0) for k in final}
     lease = {k: v for k, v in delta.items() if k[1] == "Lease"}
     work = {k: v for k, v in delta.items() if k[1] != "Lease" and v}
@@ -310,14 +570,24 @@ def report(
     transitions = sum(watcher.transitions.values()) / max(1, len(watcher.transitions))
     target = children + cleanup_deletes + transitions
     object_writes = writes - event_writes
+    figures["writes_per_job"] = object_writes / n
 
     def fmt(t: float | None) -> str:
         return "n/a" if t is None else f"{t:.1f}s"
 
     print()
-    print(f"== results: {n} MPIJobs x {args.workers} workers")
+    print(f"== results: {n} MPIJobs x {args.workers} workers; operator flags: {' '.join(args.operator_arg)}")
     print(f"time until every launcher Job exists : {fmt(t_launchers)}")
     print(f"time until every MPIJob Succeeded    : {fmt(t_done)}")
+    if pace:
+        print(
+            f"API server's pace, same creates      : {pace:.1f}s ({args.pace_threads} concurrent, no limit)"
+        )
+        if t_launchers is not None:
+            ratio = t_launchers / pace
+            figures["ratio"] = ratio
+            verdict = "ok" if ratio <= RATIO_TARGET else "OVER"
+            print(f"ratio (every child exists / pace)    : {ratio:.2f}  target <= {RATIO_TARGET} ({verdict})")
     print(f"API requests per job                 : reads {reads / n:.1f}, writes {writes / n:.1f}")
     print(f"  of the writes, Events              : {event_writes / n:.1f} per job")
     print(f"  API discovery (once, not per job)  : {discovery:.0f} requests")
@@ -329,17 +599,90 @@ def report(
         f"object writes per job (no Events)    : {object_writes / n:.1f}  target <= {target:.1f} "
         f"= {children} children + {cleanup_deletes} cleanup deletes + {transitions:.1f} status transitions"
     )
+    above = excess(work, n, children, cleanup_deletes, transitions)
+    for what, v in above:
+        print(f"  above the target: {v:5.2f} per job  {what}")
     print(
         f"status writes seen per job (watch)   : {sum(watcher.status_writes.values()) / n:.1f} "
         f"(transitions {transitions:.1f})"
     )
-    rss_mib = peak_rss / 2**20
+    codes = figures["codes"]
+    throttled = codes.get("429", 0)
+    print(
+        "operator's answers by code           : "
+        + ", ".join(f"{c}: {v:.0f}" for c, v in sorted(codes.items()))
+    )
+    print(f"operator's 429s                      : {throttled:.0f} ({throttled / n:.2f} per job)")
+    if figures["load_codes"]:
+        lc = figures["load_codes"]
+        total = sum(lc.values())
+        print(f"competing client's answers           : {total} requests, {lc.get('429', 0)} 429s, codes {lc}")
+    if throttled or figures["load_codes"]:
+        series = ", ".join(f"{t:.0f}s: {lim:.0f}" for t, _, lim in limits[:40])
+        print(f"operator's limit over time (qps, 0: none): {series}")
+    rss_mib = figures["rss_mib"]
     verdict = "ok" if rss_mib <= RSS_TARGET_MIB else "OVER"
-    print(f"operator peak RSS (VmHWM)            : {rss_mib:.1f} MiB  ", end="")
-    print(f"target <= {RSS_TARGET_MIB} MiB ({verdict})")
+    print(
+        f"operator peak RSS (VmHWM)            : {rss_mib:.1f} MiB  "
+        f"target <= {RSS_TARGET_MIB} MiB ({verdict})"
+    )
+    cpu = figures["cpu"]
     print(f"operator CPU (utime+stime)           : {cpu:.1f}s  ({cpu / n * 1000:.0f} ms per job)")
+    if figures["cache"]:
+        print("memory per cached object (cache form, tracemalloc; JSON size for scale):")
+        total = 0.0
+        for kind, (count, json_size, mem) in figures["cache"].items():
+            total += count * mem
+            print(
+                f"    {kind:<10} {count:6d} objects  {mem / 1024:6.1f} KiB each  "
+                f"(JSON {json_size / 1024:5.1f} KiB)"
+            )
+        print(f"    all        {total / 2**20:6.1f} MiB at the peak")
     left = len(batch.list_namespaced_job(NAMESPACE).items), len(core.list_namespaced_pod(NAMESPACE).items)
     print(f"left in the namespace                : {left[0]} Jobs, {left[1]} pods")
+
+
+def excess(
+    work: dict[tuple[str, str], float], n: int, children: int, deletes: int, transitions: float
+) -> list[tuple[str, float]]:
+    """Writes per job above one per child, one delete per cleaned-up worker and one status write per
+    transition, by verb and kind, with the reason where known."""
+    out: list[tuple[str, float]] = []
+    creates = sum(v for (verb, kind), v in work.items() if verb == "create" and kind != "Event") / n
+    if creates > children + 0.005:
+        out.append(("creates beyond one per child (a child created again)", creates - children))
+    dels = sum(v for (verb, kind), v in work.items() if verb == "delete" and kind != "Event") / n
+    if dels > deletes + 0.005:
+        out.append(("deletes beyond the workers' cleanup", dels - deletes))
+    for (verb, kind), v in sorted(work.items()):
+        if verb in READ_VERBS or verb in ("create", "delete") or kind == "Event":
+            continue
+        per = v / n
+        if kind == "MPIJob/status":
+            per -= transitions
+        if per > 0.005:
+            out.append((f"{verb} {kind}: {WHY.get((verb, kind), 'a change of a live child')}", per))
+    return out
+
+
+def growth(before: dict[str, Any], after: dict[str, Any]) -> None:
+    def ratio(key: str, per_job: bool = False) -> str:
+        a, b = before.get(key), after.get(key)
+        if not a or not b:
+            return "n/a"
+        if per_job:
+            a, b = a / before["jobs"], b / after["jobs"]
+        return f"{a:.1f} -> {b:.1f} (x{b / a:.2f})"
+
+    print()
+    print(f"== growth from {before['jobs']}x{before['workers']} to {after['jobs']}x{after['workers']}:")
+    print(f"  jobs                    x{after['jobs'] / before['jobs']:.1f}")
+    print(f"  every child exists (s)  {ratio('t_launchers')}")
+    print(f"  all Succeeded (s)       {ratio('t_done')}")
+    print(f"  API server's pace (s)   {ratio('pace')}")
+    print(f"  ratio to the pace       {ratio('ratio')}")
+    print(f"  peak RSS (MiB)          {ratio('rss_mib')}")
+    print(f"  CPU per job (s)         {ratio('cpu', per_job=True)}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ class ClusterSpec:
     # kube-apiserver audit log (JSON lines, logs/audit.log): the writes of ServiceAccounts (creates with
     # their body, other writes as metadata) and every Lease write with its body (who holds it, when)
     audit: bool = False
+    # extra kube-apiserver flags (benchmarks: e.g. a small --max-requests-inflight to load it)
+    apiserver_args: tuple[str, ...] = ()
 
 
 _live: set[LocalCluster] = set()
@@ -367,6 +369,7 @@ class LocalCluster:
                 "--audit-log-mode=blocking",  # each event on disk before the answer: ground truth
                 "--audit-log-maxsize=0",
             ]
+        argv += self.spec.apiserver_args
         self._apiserver_argv = argv
         proc = self._spawn("kube-apiserver", argv)
         ctx = self._admin_ssl()

@@ -18,6 +18,7 @@ from kubernetes.dynamic import DynamicClient
 
 import render
 from reconcile import events as ev
+from reconcile.cacheform import transform_for
 from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
 from reconcile.discovery import static_client
 from reconcile.engine import managedfields
@@ -105,7 +106,14 @@ class Controller:
 
         def informer(res: Resource, selector: str | None = CHILD_SELECTOR) -> Informer:
             ns = self.namespace if res.namespaced else None
-            return Informer(kube, res, namespace=ns, label_selector=selector, on_error=self._list_watch_error)
+            return Informer(
+                kube,
+                res,
+                namespace=ns,
+                label_selector=selector,
+                on_error=self._list_watch_error,
+                transform=transform_for(res.group, res.kind),
+            )
 
         self.mpijobs = informer(MPIJOB, None)
         self.children: dict[Resource, Informer] = {

@@ -142,7 +142,10 @@ class Informer:
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (0.8, 30.0),
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
+        """``transform``: what of each object the cache keeps (client-go's SetTransform), applied after
+        the subresource managedFields entries are dropped (reconcile.cacheform)."""
         self.kube = kube
         self.resource = resource
         self.namespace = namespace or None
@@ -155,11 +158,16 @@ class Informer:
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._backoff = backoff
+        self._transform = transform
         self._synced = threading.Event()
         self._rv = ""
         self._stream: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _cached(self, obj: Obj) -> Obj:
+        obj = _slim(obj, self.resource)
+        return obj if self._transform is None else self._transform(obj)
 
     @property
     def name(self) -> str:
@@ -239,7 +247,7 @@ class Informer:
             page = self.kube.list(
                 self.resource, self.namespace, limit=self._page_size, **{"continue": cont}, **self._query()
             )
-            items.extend(_slim(item, self.resource) for item in page.get("items") or [])
+            items.extend(self._cached(item) for item in page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
             if not cont:
@@ -306,7 +314,7 @@ class Informer:
             if rv:
                 self._rv = rv
             return
-        obj = _slim(dict(obj), self.resource)
+        obj = self._cached(dict(obj))
         if etype in (ADDED, MODIFIED):
             old = self.store.upsert(obj)
             self._deliver(old, obj)
@@ -326,7 +334,7 @@ class Informer:
     # -- read your writes ---------------------------------------------------------------------------
     def observe(self, obj: Obj) -> None:
         """Put an object we just wrote into the cache, unless the cache already holds a newer one."""
-        obj = _slim(obj, self.resource)
+        obj = self._cached(obj)
         current = self.store.get(key_of(obj))
         if current is not None:
             try:

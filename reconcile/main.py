@@ -227,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         user_agent=f"mpi-operator ({identity})",
         fence=fence,
     )
+    metrics.client_rate_limit.set_function(lambda: kube.limiter.rate or 0.0)
     # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
     # must never starve the lease renewals of rate-limit tokens and lose the lease.
     lease_kube = Kube(

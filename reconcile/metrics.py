@@ -71,6 +71,11 @@ class Metrics:
             ["source", "code"],
             registry=r,
         )
+        self.client_rate_limit = Gauge(
+            "mpi_operator_client_rate_limit",
+            "The API client's limit now in requests per second (0: none; it follows 429s and latency)",
+            registry=r,
+        )
         self._job_info_keys: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 

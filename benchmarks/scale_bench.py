@@ -69,7 +69,8 @@ READ_VERBS = {"get", "list", "watch"}
 PODS_PER_NODE = 100  # kwok nodes allow 110; keep headroom
 RSS_TARGET_MIB = 91  # upstream v0.8.2's peak at 200 x 4 (issue 17)
 RATIO_TARGET = 1.3
-PACE_NS, PACE_USER = "pace", "system:serviceaccount:pace:pacer"
+PACE_USER = "system:serviceaccount:pace:pacer"
+OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 LOAD_NS, LOAD_USER = "load", "system:serviceaccount:load:loader"
 # a loaded API server: 30 seats in all, so that a Python load client saturates APF's levels
 LOADED_APISERVER = ("--max-requests-inflight=20", "--max-mutating-requests-inflight=10")
@@ -132,21 +133,38 @@ def raw(
     return resp.status, resp.read() or b""
 
 
-def pace_objects(jobs: int, workers: int) -> list[dict[str, Any]]:
-    """The MPIJobs and the children the operator creates for them (render's), in the namespace ``pace``,
-    without ownerReferences (their owners' UIDs are made up: the garbage collector would delete them)."""
+def pace_objects(jobs: int, workers: int, namespace: str) -> list[dict[str, Any]]:
+    """The MPIJobs and the children the operator creates for them (render's), in ``namespace``: the
+    MPIJobs with ``runPolicy.managedBy`` MultiKueue (the operator leaves them alone); the children without
+    ownerReferences (their owners' UIDs are made up: the garbage collector would delete them) and without
+    the operator-name label (the operator's label-selected caches never see them)."""
     observed = render.Observed.from_objects(
         (), now=datetime.datetime.now(datetime.UTC), fresh_ssh_key=render.generate_ssh_key()
     )
     out: list[dict[str, Any]] = []
     for i in range(jobs):
-        job = mpijob(f"job-{i:04d}", workers, PACE_NS)
+        job = mpijob(f"job-{i:04d}", workers, namespace)
         owner = {**job, "metadata": {**job["metadata"], "uid": f"pace-{i}"}}
+        job["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
         out.append(job)
         for child in render.render(owner, observed, render.Config()):
             child["metadata"].pop("ownerReferences", None)
+            child["metadata"].get("labels", {}).pop(OPERATOR_LABEL, None)
             out.append(child)
     return out
+
+
+def run_pace(cluster: LocalCluster, args: argparse.Namespace, namespace: str) -> float:
+    kubectl(cluster, "create", "namespace", namespace)
+    objects = pace_objects(args.jobs, args.workers, namespace)
+    pacer = user_client(cluster, PACE_USER, args.pace_threads + 4)
+    pace, codes = measure_pace(pacer, objects, args.pace_threads)
+    print(
+        f"pace ({namespace}): {len(objects)} creates by {args.pace_threads} threads in {pace:.1f}s "
+        f"({len(objects) / pace:.0f}/s), codes {codes}",
+        flush=True,
+    )
+    return pace
 
 
 def measure_pace(api: client.ApiClient, objects: list[dict[str, Any]], threads: int) -> tuple[float, dict]:
@@ -345,6 +363,9 @@ def main() -> int:
     )
     parser.add_argument("--pace-threads", type=int, default=16, help="concurrent requests of the pace client")
     parser.add_argument("--no-pace", action="store_true", help="skip the API server's pace")
+    parser.add_argument(
+        "--pace-after", action="store_true", help="measure the pace after the operator's run as well"
+    )
     parser.add_argument("--load", type=int, default=0, help="threads of a competing client during the run")
     parser.add_argument(
         "--apiserver-arg",
@@ -356,8 +377,9 @@ def main() -> int:
     parser.add_argument("--compare", type=Path, help="print growth against a --save'd run")
     args = parser.parse_args()
     pods = args.jobs * (args.workers + 1)
-    # twice the pods: the pace client's copies are scheduled too, after the operator's
-    nodes = max(2, 2 * math.ceil(pods / PODS_PER_NODE) + 1)
+    # room for the pace client's copies of the pods too (they stay: deleting them would load the server)
+    copies = 1 + (not args.no_pace) + args.pace_after
+    nodes = max(2, copies * math.ceil(pods / PODS_PER_NODE) + 1)
     apiserver_args = tuple(args.apiserver_arg if args.apiserver_arg is not None else ())
     if args.load and args.apiserver_arg is None:
         apiserver_args = LOADED_APISERVER
@@ -382,10 +404,13 @@ def main() -> int:
         wait_for_crds(api, ["mpijobs.kubeflow.org"])
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
-        for ns in (NAMESPACE, PACE_NS, LOAD_NS):
+        for ns in (NAMESPACE, LOAD_NS):
             core.create_namespace({"metadata": {"name": ns}})
         wait_for_default_service_account(core, NAMESPACE)
         grant_admin(cluster, PACE_USER, LOAD_USER)
+        paces: list[float] = []
+        if not args.no_pace:
+            paces.append(run_pace(cluster, args, "pace-before"))
 
         kubeconfig = cluster.write_user_kubeconfig(SA_USER)
         operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
@@ -488,20 +513,14 @@ def main() -> int:
         operator.stop()
         operator = None
 
-        pace = None
-        if not args.no_pace:
-            objects = pace_objects(args.jobs, args.workers)
-            pacer = user_client(cluster, PACE_USER, args.pace_threads + 4)
-            pace, pace_codes = measure_pace(pacer, objects, args.pace_threads)
-            print(
-                f"pace: {len(objects)} creates by {args.pace_threads} threads in {pace:.1f}s "
-                f"({len(objects) / pace:.0f}/s), codes {pace_codes}",
-                flush=True,
-            )
+        if args.pace_after:
+            paces.append(run_pace(cluster, args, "pace-after"))
+        pace = sum(paces) / len(paces) if paces else None
         figures.update(
             t_launchers=t_launchers,
             t_done=t_done,
             pace=pace,
+            paces=paces,
             rss_mib=peak_rss / 2**20,
             cpu=cpu,
             codes=codes,
@@ -617,7 +636,7 @@ def report(
         lc = figures["load_codes"]
         total = sum(lc.values())
         print(f"competing client's answers           : {total} requests, {lc.get('429', 0)} 429s, codes {lc}")
-    if throttled or figures["load_codes"]:
+    if throttled or figures["load_codes"] or any(lim for _, _, lim in limits):
         series = ", ".join(f"{t:.0f}s: {lim:.0f}" for t, _, lim in limits[:40])
         print(f"operator's limit over time (qps, 0: none): {series}")
     rss_mib = figures["rss_mib"]

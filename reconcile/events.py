@@ -6,6 +6,7 @@ Recording never fails a sync: API errors are logged and dropped (events are best
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -59,11 +60,11 @@ class EventRecorder:
         self._lock = threading.Lock()
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        ref = involved_object(obj)
+        self._send(involved_object(obj), type_, reason, message[:MAX_MESSAGE], self._clock())
+
+    def _send(self, ref: dict[str, Any], type_: str, reason: str, message: str, now: datetime) -> None:
         namespace = ref.get("namespace", "default")
-        message = message[:MAX_MESSAGE]
         key = (namespace, ref.get("uid", ref.get("name", "")), type_, reason, message)
-        now = self._clock()
         with self._lock:
             seen = self._seen.get(key)
             if seen is not None:
@@ -114,3 +115,39 @@ class EventRecorder:
             self._seen.move_to_end(key)
             while len(self._seen) > _CACHE_SIZE:
                 self._seen.popitem(last=False)
+
+
+class BackgroundEventRecorder(EventRecorder):
+    """Events sent by a thread of their own, as client-go's broadcaster does: a sync never waits for an
+    Event's round trip (two per job, on the path to its launcher). At most ``capacity`` wait; more are
+    dropped with a warning (an API server that slow has better things to do)."""
+
+    def __init__(self, kube: Kube, *, capacity: int = 10_000, **kwargs: Any) -> None:
+        super().__init__(kube, **kwargs)
+        self._pending: queue.Queue[tuple[dict[str, Any], str, str, str, datetime]] = queue.Queue(capacity)
+        self._dropped = 0
+        threading.Thread(target=self._run, name="events", daemon=True).start()
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        item = (involved_object(obj), type_, reason, message[:MAX_MESSAGE], self._clock())
+        try:
+            self._pending.put_nowait(item)
+        except queue.Full:
+            self._dropped += 1
+            if self._dropped in (1, 10, 100) or self._dropped % 1000 == 0:
+                log.warning("events dropped: too many waiting", extra={"dropped": self._dropped})
+
+    def _run(self) -> None:
+        while True:
+            item = self._pending.get()
+            try:
+                self._send(*item)
+            finally:
+                self._pending.task_done()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the waiting events to be sent; True if none is left."""
+        deadline = time.monotonic() + timeout
+        while self._pending.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._pending.unfinished_tasks

@@ -25,7 +25,7 @@ from kubernetes.client import ApiClient, Configuration
 import render
 from reconcile import flags, logs
 from reconcile.controller import Controller
-from reconcile.events import EventRecorder
+from reconcile.events import BackgroundEventRecorder
 from reconcile.fence import Fence
 from reconcile.health import DEFAULT_PORT, HealthServer
 from reconcile.kube import MPIJOB, ApiError, Kube
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("stopped")
         return 0
 
-    recorder = EventRecorder(kube, host=host)
+    recorder = BackgroundEventRecorder(kube, host=host)
     controller = Controllers(
         [
             Controller(
@@ -318,7 +318,13 @@ def run(args: argparse.Namespace) -> int:
         raise StartupError(f"cannot listen on {args.bind_address}:{port}", error=str(err)) from err
     health.start()
 
-    elector.run(stop, before_release=controller.stop)
+    def before_release(timeout: float) -> None:
+        started = time.monotonic()
+        controller.stop(timeout)
+        # the syncs' last events, while the fence still lets them through
+        recorder.flush(max(0.0, min(2.0, timeout - (time.monotonic() - started))))
+
+    elector.run(stop, before_release=before_release)
     health.stop()
     log.info("stopped")
     return 0

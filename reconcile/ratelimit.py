@@ -109,8 +109,13 @@ class MaxOfLimiter:
 
 
 def controller_rate_limiter(qps: float = 10, burst: int = 100, clock: Clock = time.monotonic) -> MaxOfLimiter:
-    """Upstream's queue limiter: per-key 5 ms → 1000 s, and an overall bucket (#674)."""
-    return MaxOfLimiter(ItemExponentialLimiter(0.005, 1000.0), BucketLimiter(TokenBucket(qps, burst, clock)))
+    """Upstream's queue limiter: per-key 5 ms → 1000 s, and an overall bucket (#674) unless ``qps`` is 0
+    (the operator's default: the API client's adaptive limiter paces the writes themselves, and a bucket
+    of 10 syncs per second was what kept 200 jobs from their launchers for 20 s)."""
+    per_key = ItemExponentialLimiter(0.005, 1000.0)
+    if qps <= 0:
+        return MaxOfLimiter(per_key)
+    return MaxOfLimiter(per_key, BucketLimiter(TokenBucket(qps, burst, clock)))
 
 
 # -- the API client's limiter ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import copy
 import json
 from datetime import UTC, datetime
 
+import attrs
 import pytest
 from kubernetes.client.exceptions import ApiException
 
@@ -65,10 +66,11 @@ def _created(fake: FakeDynamic) -> list[str]:
     return [kw["body"]["metadata"]["name"] for verb, kw in fake.calls if verb == "create"]
 
 
-def test_an_invalid_child_is_permanent_and_nothing_is_created_after_it():
+def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
     result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
-    assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1"]
+    # the workers after the first go out together (issue 17); the launcher, a later stage, never does
+    assert sorted(_created(fake)) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
     (failure,) = result.failures
     assert failure.permanent and failure.code == "422"
     assert failure.causes == (
@@ -77,6 +79,22 @@ def test_an_invalid_child_is_permanent_and_nothing_is_created_after_it():
             "Invalid value: 70000: must be between 1 and 65535, inclusive",
         ),
     )
+    assert result.skipped == (LAUNCHER,)
+
+
+def test_the_first_worker_goes_alone_so_a_bad_template_fails_once():
+    fake = _dyn({("create", "pi-worker-0"): _invalid()})
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0"]
+    assert len(result.failures) == 1
+    assert result.skipped == (WORKERS[1], WORKERS[2], LAUNCHER)
+
+
+def test_sequential_rules_keep_the_plan_order_and_stop_at_the_first_failure():
+    fake = _dyn({("create", "pi-worker-1"): _invalid()})
+    rules = attrs.evolve(CREATE_RULES, concurrency=1)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)  # type: ignore[arg-type]
+    assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1"]
     assert result.skipped == (WORKERS[2], LAUNCHER)
 
 

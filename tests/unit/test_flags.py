@@ -122,10 +122,12 @@ def test_log_file_with_and_without_stderr(tmp_path, capsys):
 def test_flag_defaults_match_upstream(monkeypatch):
     monkeypatch.setenv("KUBEFLOW_NAMESPACE", "kf")
     a = flags.parse([])
-    # one deliberate difference (issue 17): no fixed client-side QPS; upstream's burst stays for pins
-    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (2, 0, 10)
-    assert flags.parse(["--kube-api-qps=5"]).kube_api_qps == 5
-    assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (10, 100)
+    # deliberate differences (issue 17): no fixed client-side QPS and no overall queue bucket (the
+    # adaptive API limiter paces the writes), 8 sync threads; upstream's bursts stay for pins
+    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (8, 0, 10)
+    assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (0, 100)
+    pinned = flags.parse(["--kube-api-qps=5", "-threadiness=2", "--controller-queue-rate-limit=10"])
+    assert (pinned.kube_api_qps, pinned.threadiness, pinned.controller_queue_rate_limit) == (5, 2, 10)
     assert (a.lock_namespace, a.namespace, a.monitoring_port) == ("mpi-operator", "kf", 8080)
     assert flags.parse(["--kubeConfig", "/k"]).kubeconfig == "/k"
     with pytest.raises(SystemExit):

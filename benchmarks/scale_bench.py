@@ -143,8 +143,9 @@ def pace_objects(jobs: int, workers: int, namespace: str) -> list[dict[str, Any]
     )
     out: list[dict[str, Any]] = []
     for i in range(jobs):
+        owner = mpijob(f"job-{i:04d}", workers, namespace)
+        owner["metadata"]["uid"] = f"pace-{i}"
         job = mpijob(f"job-{i:04d}", workers, namespace)
-        owner = {**job, "metadata": {**job["metadata"], "uid": f"pace-{i}"}}
         job["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
         out.append(job)
         for child in render.render(owner, observed, render.Config()):

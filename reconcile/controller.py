@@ -51,6 +51,7 @@ from reconcile.syncstate import (
     condition_true,
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
+    only_counts_changed,
     status_changed,
     worth_writing,
 )
@@ -66,6 +67,8 @@ log = logging.getLogger(__name__)
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 # A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
 SYNC_FAILURES_FOR_CONDITION = 3
+# A status change in replica counts alone waits this long for more (pods start one by one), then is written.
+STATUS_COALESCE_SECONDS = 1.0
 SYNC_FAILED = "SyncFailed"
 # A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
 MAX_WAKEUP_SECONDS = 24 * 3600.0
@@ -131,6 +134,7 @@ class Controller:
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
         self._client: DynamicClient | None = None
         self._workers: list[threading.Thread] = []
+        self._status_waiting: dict[str, float] = {}  # key -> when a counts-only status change first waited
         # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
         self._fresh_keys: dict[str, render.SSHKey] = {}
         # job uid -> wanted names a create found taken by objects our watches cannot see
@@ -258,6 +262,7 @@ class Controller:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
             if seen is None:
                 self._synced.pop(key, None)
+                self._status_waiting.pop(key, None)
             else:
                 self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
 
@@ -364,7 +369,12 @@ class Controller:
             render.status(job, observed, self.config) if the_plan.writes or failure_changed else known
         )
         if worth_writing(old_status, new_status):
-            obj = self._write_status(obj, new_status)
+            if self._status_can_wait(key, old_status, new_status):
+                new_status = old_status  # the sync the queue hands out later writes it
+            else:
+                obj = self._write_status(obj, new_status)
+        else:
+            self._status_waiting.pop(key, None)
         self._record(obj, old_status, new_status)
 
         if self._owned_launcher(job, live) is not None or any(
@@ -520,6 +530,20 @@ class Controller:
         updated.setdefault("kind", MPIJOB.kind)
         self.mpijobs.observe(updated)
         return updated
+
+    def _status_can_wait(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Replica counts alone changed: hold the write up to STATUS_COALESCE_SECONDS from the first such
+        change (the key is queued for then), so the pods of a job starting one by one cost one write."""
+        if not only_counts_changed(old, new):
+            self._status_waiting.pop(key, None)
+            return False
+        now = time.monotonic()
+        since = self._status_waiting.setdefault(key, now)
+        if now - since >= STATUS_COALESCE_SECONDS:
+            self._status_waiting.pop(key, None)
+            return False
+        self.queue.add_after(key, since + STATUS_COALESCE_SECONDS - now + 0.01)
+        return True
 
     def _record(self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
         for e in render.events(obj, old, new):

@@ -49,6 +49,17 @@ def worth_writing(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return status_changed(old, new)
 
 
+def only_counts_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The change is in ``replicaStatuses`` alone (pods starting one by one), on a status that already has
+    conditions: a write that can wait for the next ones (issue 17: one write per transition)."""
+    if not (old or {}).get("conditions"):
+        return False
+    a, b = _comparable(old), _comparable(new)
+    a.pop("replicaStatuses", None)
+    b.pop("replicaStatuses", None)
+    return a == b
+
+
 def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
     for c in (status or {}).get("conditions") or ():
         if c.get("type") == ctype:

@@ -262,3 +262,23 @@ def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
     c.mpijobs.store.delete("ns/pi")
     c.process("ns/pi")
     assert c.synced_version("ns/pi") is None  # gone: forgotten
+
+
+def test_a_counts_only_status_change_waits_once_then_is_written(monkeypatch):
+    c = controller()
+    clock = [100.0]
+    monkeypatch.setattr(controller_module.time, "monotonic", lambda: clock[0])
+    queued: list[tuple[str, float]] = []
+    monkeypatch.setattr(c.queue, "add_after", lambda key, delay: queued.append((key, delay)))
+    running = {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {}}}
+    more = {**running, "replicaStatuses": {"Worker": {"active": 2}}}
+    assert c._status_can_wait("ns/pi", running, more)
+    assert queued == [("ns/pi", pytest.approx(controller_module.STATUS_COALESCE_SECONDS + 0.01))]
+    clock[0] += 0.5
+    assert c._status_can_wait("ns/pi", running, more)  # still within the window of the first change
+    clock[0] += 0.6
+    assert not c._status_can_wait("ns/pi", running, more)  # its time has come: written
+    assert "ns/pi" not in c._status_waiting
+    # a condition change never waits
+    done = {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {}}
+    assert not c._status_can_wait("ns/pi", running, done)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reconcile.syncstate import (
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
+    only_counts_changed,
     status_changed,
 )
 
@@ -49,3 +50,16 @@ def test_resume_clears_start_time_only_when_resuming_a_started_launcher():
     assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True)]) is None
     assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(False, t)]) is None
     assert launcher_resume_needs_start_time_cleared([launcher(False)], [launcher(True, t, owner="x")]) is None
+
+
+RUNNING = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+
+
+def test_only_counts_changed_is_a_replica_count_change_on_a_status_with_conditions():
+    old = {**RUNNING, "replicaStatuses": {"Worker": {"active": 1}}}
+    assert only_counts_changed(old, {**RUNNING, "replicaStatuses": {"Worker": {"active": 3}}})
+    assert not only_counts_changed(old, {**RUNNING, "replicaStatuses": {}, "completionTime": "t"})
+    done = {"conditions": [*RUNNING["conditions"], {"type": "Succeeded", "status": "True"}]}
+    assert not only_counts_changed(old, {**done, "replicaStatuses": {"Worker": {"active": 3}}})
+    # the first status is never held back
+    assert not only_counts_changed({}, {"replicaStatuses": {"Worker": {"active": 1}}})

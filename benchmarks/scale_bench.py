@@ -40,6 +40,7 @@ import datetime
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,17 @@ def run_pace(cluster: LocalCluster, args: argparse.Namespace, namespace: str) ->
         f"({len(objects) / pace:.0f}/s), codes {codes}",
         flush=True,
     )
+    # The scheduler and kwok take a while to place and start those pods: wait, so that work does not
+    # load the server during the operator's run.
+    core = client.CoreV1Api(pacer)
+    began = time.monotonic()
+    while time.monotonic() - began < 600:
+        pending = core.list_namespaced_pod(namespace, field_selector="status.phase=Pending", limit=1)
+        if not pending.items:
+            break
+        time.sleep(2)
+    print(f"pace ({namespace}): its pods started after {time.monotonic() - began:.0f}s more", flush=True)
+    time.sleep(5)
     return pace
 
 
@@ -377,6 +389,8 @@ def main() -> int:
     parser.add_argument("--save", type=Path, help="write the figures as JSON here")
     parser.add_argument("--compare", type=Path, help="print growth against a --save'd run")
     args = parser.parse_args()
+    # SIGTERM too stops the cluster and the operator (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pods = args.jobs * (args.workers + 1)
     # room for the pace client's copies of the pods too (they stay: deleting them would load the server)
     copies = 1 + (not args.no_pace) + args.pace_after

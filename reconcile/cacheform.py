@@ -14,8 +14,9 @@ Kept, by kind (what is not listed is dropped):
   fields within them only);
 * Pods' ``status``: phase, reason, message, the conditions' type and status, and each container status's
   name and terminated states (render's readiness, eviction and failure messages);
-* other kinds (ConfigMap, Service, Secret, PodGroups, MPIJobs): whole, as patch-mode kinds are compared
-  whole.
+* MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
+  which a body without managedFields keeps the server's);
+* other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
 
 ``tests/unit/test_cacheform.py`` checks that every path the policy names survives.
 """
@@ -36,7 +37,14 @@ RENDER_SPEC_READS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("batch", "Job"): ("spec.suspend",),
     ("", "Pod"): (),
 }
-_TERMINATED: Final = ("terminated",)
+OWNER: Final = ("kubeflow.org", "MPIJob")
+
+
+def _without_managed_fields(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 def kept_spec_paths(policy: Policy, group: str, kind: str) -> tuple[str, ...] | None:
@@ -142,6 +150,8 @@ def _container_status(cs: Any) -> Any:
 
 def transform_for(group: str, kind: str, policy: Policy = POLICY) -> Callable[[Obj], Obj] | None:
     """The cache form of a kind, or None to keep it as the server sends it."""
+    if (group, kind) == OWNER:
+        return _without_managed_fields
     spec_paths = kept_spec_paths(policy, group, kind)
     if spec_paths is None:
         return None

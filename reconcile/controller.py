@@ -67,7 +67,8 @@ log = logging.getLogger(__name__)
 CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 # A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
 SYNC_FAILURES_FOR_CONDITION = 3
-# A status change in replica counts alone waits this long for more (pods start one by one), then is written.
+# A status change in replica counts alone, or a ConfigMap patch alone (the hostfile), waits this long for
+# more (pods start one by one), then is written.
 STATUS_COALESCE_SECONDS = 1.0
 SYNC_FAILED = "SyncFailed"
 # A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
@@ -134,7 +135,9 @@ class Controller:
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
         self._client: DynamicClient | None = None
         self._workers: list[threading.Thread] = []
-        self._status_waiting: dict[str, float] = {}  # key -> when a counts-only status change first waited
+        # key -> when a counts-only status change (a hostfile-only ConfigMap patch) first waited
+        self._status_waiting: dict[str, float] = {}
+        self._hostfile_waiting: dict[str, float] = {}
         # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
         self._fresh_keys: dict[str, render.SSHKey] = {}
         # job uid -> wanted names a create found taken by objects our watches cannot see
@@ -263,6 +266,7 @@ class Controller:
             if seen is None:
                 self._synced.pop(key, None)
                 self._status_waiting.pop(key, None)
+                self._hostfile_waiting.pop(key, None)
             else:
                 self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
 
@@ -346,6 +350,8 @@ class Controller:
         live = [o for o in children if o.get("kind") != "PriorityClass"]
         live = self._clear_launcher_start_time(desired, live)
         the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
+        if self._hostfile_can_wait(key, the_plan):
+            the_plan = Plan()  # the sync the queue hands out later writes it
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(
@@ -534,13 +540,24 @@ class Controller:
     def _status_can_wait(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Replica counts alone changed: hold the write up to STATUS_COALESCE_SECONDS from the first such
         change (the key is queued for then), so the pods of a job starting one by one cost one write."""
-        if not only_counts_changed(old, new):
-            self._status_waiting.pop(key, None)
+        return self._can_wait(self._status_waiting, key, only_counts_changed(old, new))
+
+    def _hostfile_can_wait(self, key: str, the_plan: Plan) -> bool:
+        """The plan only rewrites the ConfigMap (its hostfile lists the Running workers, which start one
+        by one): held as a counts-only status change is."""
+        only_configmap = bool(the_plan.patches) and the_plan.writes == len(the_plan.patches)
+        only_configmap = only_configmap and not the_plan.conflicts and not the_plan.waits
+        only_configmap = only_configmap and all(p.key.kind == "ConfigMap" for p in the_plan.patches)
+        return self._can_wait(self._hostfile_waiting, key, only_configmap)
+
+    def _can_wait(self, waiting: dict[str, float], key: str, holdable: bool) -> bool:
+        if not holdable:
+            waiting.pop(key, None)
             return False
         now = time.monotonic()
-        since = self._status_waiting.setdefault(key, now)
+        since = waiting.setdefault(key, now)
         if now - since >= STATUS_COALESCE_SECONDS:
-            self._status_waiting.pop(key, None)
+            waiting.pop(key, None)
             return False
         self.queue.add_after(key, since + STATUS_COALESCE_SECONDS - now + 0.01)
         return True

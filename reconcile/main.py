@@ -23,7 +23,7 @@ from kubernetes import config as kubeconfig
 from kubernetes.client import ApiClient, Configuration
 
 import render
-from reconcile import flags, logs
+from reconcile import flags, logs, memory
 from reconcile.controller import Controller
 from reconcile.events import BackgroundEventRecorder
 from reconcile.fence import Fence
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         logs.setup(args.log_format, args.log_level)
         log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
         return 1
+    memory.setup()  # before any thread starts
     try:
         return run(args)
     except StartupError as err:

@@ -282,3 +282,21 @@ def test_a_counts_only_status_change_waits_once_then_is_written(monkeypatch):
     # a condition change never waits
     done = {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {}}
     assert not c._status_can_wait("ns/pi", running, done)
+
+
+def test_a_configmap_only_plan_waits_once_but_creates_never_wait(monkeypatch):
+    from reconcile.engine.plan import Create, ObjectKey, Patch
+
+    c = controller()
+    clock = [100.0]
+    monkeypatch.setattr(controller_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(c.queue, "add_after", lambda key, delay: None)
+    cm = ObjectKey("", "ConfigMap", "ns", "pi-config")
+    patch = Patch(cm, "v1", "uid", {"data": {}}, (), (), ())
+    hostfile_only = Plan(patches=(patch,))
+    assert c._hostfile_can_wait("ns/pi", hostfile_only)
+    clock[0] += 1.1
+    assert not c._hostfile_can_wait("ns/pi", hostfile_only)
+    pod = ObjectKey("", "Pod", "ns", "pi-worker-1")
+    with_create = Plan(creates=(Create(pod, "v1", {}),), patches=(patch,))
+    assert not c._hostfile_can_wait("ns/pi", with_create)

@@ -92,7 +92,7 @@ def test_values():
     assert c["args"] == [
         "--lock-namespace=locks",
         "--monitoring-port=0",
-        "--threadiness=2",
+        "--threadiness=8",
         "--log-format=json",
         "--namespace=team-a",
         "--kube-api-qps=50",

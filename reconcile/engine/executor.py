@@ -300,6 +300,10 @@ def _causes(exc: BaseException) -> list[Any]:
         return []
 
 
+def _plain(_client: Any, data: Any) -> Any:
+    return data
+
+
 def _retryable(status: int | None) -> bool:
     return status is None or status in (409, 429) or status >= 500
 
@@ -336,6 +340,10 @@ class _Run:
 
     def _call(self, verb: Verb, key: ObjectKey, fn: Any, **kwargs: Any) -> tuple[dict[str, Any] | None, Any]:
         """Send one request; returns (response dict, None) or (None, exception)."""
+        if isinstance(self.dyn, DynamicClient):
+            # the answer as the plain dict it was decoded into: a ResourceInstance wraps every field in an
+            # object and to_dict() walks them all again, CPU spent for nothing
+            kwargs["serializer"] = _plain
         try:
             answer = fn(**kwargs)
         except (ApiException, HTTPError, OSError) as exc:

@@ -100,10 +100,10 @@ def test_rising_latency_backs_off_and_recovers_to_no_limit():
     lim, clock, _ = limiter()
     run(lim, clock, 2.0, 0.01, latency=0.01)  # baseline 10 ms
     assert lim.rate is None
-    run(lim, clock, 3.0, 0.01, latency=1.0)  # the server struggles: 100x slower answers
+    run(lim, clock, 3.0, 0.01, latency=2.0)  # the server struggles: 200x slower answers
     assert lim.rate is not None and lim.rate >= LATENCY_FLOOR_QPS
     slowed = lim.rate
-    run(lim, clock, 1.0, 0.01, latency=1.0)
+    run(lim, clock, 1.0, 0.01, latency=2.0)
     assert lim.rate <= slowed  # still slow: no increase
     run(lim, clock, 60.0, 0.001, latency=0.01)  # healthy again
     assert lim.rate is None
@@ -112,14 +112,14 @@ def test_rising_latency_backs_off_and_recovers_to_no_limit():
 def test_small_latency_changes_are_noise():
     lim, clock, _ = limiter()
     run(lim, clock, 2.0, 0.01, latency=0.002)
-    run(lim, clock, 2.0, 0.01, latency=0.1)  # 50x, but 100 ms on loopback is no sign of trouble
+    run(lim, clock, 2.0, 0.01, latency=0.5)  # 250x, but half a second is a busy server, not a struggling one
     assert lim.rate is None
 
 
 def test_a_lasting_slowdown_becomes_the_baseline():
     lim, clock, _ = limiter()
     run(lim, clock, 2.0, 0.01, latency=0.01)
-    run(lim, clock, 400.0, 0.05, latency=0.5)  # slower for good: the baseline follows within minutes
+    run(lim, clock, 600.0, 0.05, latency=2.0)  # slower for good: the baseline follows within minutes
     assert lim.rate is None
 
 

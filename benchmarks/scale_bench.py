@@ -568,8 +568,10 @@ def operator_codes(op: OperatorRunner) -> dict[str, float]:
 
 # Why a write above the target is there, by (verb, kind).
 WHY = {
-    ("patch", "ConfigMap"): "discover_hosts.sh lists the Running workers: rewritten as they start",
-    ("update", "MPIJob/status"): "status writes beyond one per transition",
+    ("patch", "ConfigMap"): "discover_hosts.sh lists the Running workers: rewritten once they run "
+    "(held up to 1 s so the workers starting one by one cost one write)",
+    ("update", "MPIJob/status"): "replicaStatuses changes between transitions (workers active, then "
+    "cleaned up; held up to 1 s each), or a transition seen in two writes",
     ("create", "Event"): "Events (upstream records the same ones)",
     ("patch", "Event"): "Event series (repeats counted on the Event)",
 }
@@ -615,7 +617,9 @@ def report(
     print(f"time until every MPIJob Succeeded    : {fmt(t_done)}")
     if pace:
         print(
-            f"API server's pace, same creates      : {pace:.1f}s ({args.pace_threads} concurrent, no limit)"
+            f"API server's pace, same creates      : {pace:.1f}s (mean of "
+            + " and ".join(f"{p:.1f}s" for p in figures["paces"])
+            + f"; {args.pace_threads} concurrent, no limit)"
         )
         if t_launchers is not None:
             ratio = t_launchers / pace

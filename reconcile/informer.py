@@ -5,8 +5,8 @@
   kube-apiserver answers 403 until its RBAC cache has synced) -- backs off exponentially (0.8 s → 30 s,
   jittered), is counted through ``on_error(informer, code)`` and resumed, as client-go's reflectors do;
 * objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
-  (often the biggest part of an object; memory target: 150 MiB for 200 jobs x 4 workers), the main-resource
-  entries stay: the differ reads ours to find fields we no longer render;
+  (often the biggest part of an object), the main-resource entries stay: the differ reads ours to find
+  fields we no longer render; a ``transform`` may keep less (reconcile/cacheform.py);
 * handlers get (event, old, new); updates whose resourceVersion did not change are not delivered.
 """
 

@@ -116,8 +116,11 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
         "--leader-elect-renew-deadline=5",
         "--leader-elect-retry-period=3",
     )
-    a = cc.operator("term-a", *default_timings)
-    b = cc.operator("term-b", *default_timings)
+    # upstream's client limit, pinned: at the API server's pace (the defaults) the leader would be done
+    # before a SIGTERM could find a backlog
+    pinned = ("--kube-api-qps=5", "--kube-api-burst=10")
+    a = cc.operator("term-a", *default_timings, *pinned)
+    b = cc.operator("term-b", *default_timings, *pinned)
     with running(a, b):
         a.start(timeout=120)  # a leads (b has not started yet)
         b.start(wait=False)

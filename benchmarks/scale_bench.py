@@ -289,12 +289,14 @@ def cache_cost(api: client.ApiClient) -> dict[str, tuple[int, float, float]]:
 
 # -- the operator process ---------------------------------------------------------------------------------
 def requests(op: OperatorRunner) -> dict[tuple[str, str], float]:
-    """(verb, kind) -> API requests the operator sent, summed over response codes."""
+    """(verb, kind) -> API requests the operator sent, summed over response codes; a write the fence
+    refused (leadership lapsed: never sent) is not one."""
     out: dict[tuple[str, str], float] = collections.defaultdict(float)
     for (name, labels), value in op.metrics().items():
         if name == "mpi_operator_api_requests_total":
             lab = dict(labels)
-            out[(lab["verb"], lab["kind"])] += value
+            if lab.get("code") != "fenced":
+                out[(lab["verb"], lab["kind"])] += value
     return out
 
 
@@ -670,6 +672,11 @@ def report(
         + ", ".join(f"{c}: {v:.0f}" for c, v in sorted(codes.items()))
     )
     print(f"operator's 429s                      : {throttled:.0f} ({throttled / n:.2f} per job)")
+    if codes.get("fenced"):
+        print(
+            f"writes the fence held back           : {codes['fenced']:.0f} (leadership lapsed: the Lease "
+            "was not renewed in time; not sent, not counted above)"
+        )
     if figures["load_codes"]:
         lc = figures["load_codes"]
         total = sum(lc.values())

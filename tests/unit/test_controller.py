@@ -282,6 +282,10 @@ def test_a_counts_only_status_change_waits_once_then_is_written(monkeypatch):
     # a condition change never waits
     done = {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {}}
     assert not c._status_can_wait("ns/pi", running, done)
+    # but a job's first status does, once: a client's create-then-update meets no conflict of ours
+    assert c._status_can_wait("ns/new", {}, running)
+    clock[0] += 1.1
+    assert not c._status_can_wait("ns/new", {}, running)
 
 
 def test_a_configmap_only_plan_waits_once_but_creates_never_wait(monkeypatch):

@@ -267,11 +267,13 @@ class Controller:
                 self._synced.pop(key, None)
                 self._status_waiting.pop(key, None)
                 self._hostfile_waiting.pop(key, None)
-            else:
+            elif key not in self._status_waiting and key not in self._hostfile_waiting:
+                # a sync that held a write back has not finished with this version yet
                 self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
 
     def synced_version(self, key: str) -> str | None:
-        """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on: proof for tests
+        """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on (one that held a
+        status or hostfile write back for up to a second does not count until it is written): proof for tests
         that the operator has processed a given event (served at /debug/synced?key=ns/name)."""
         return self._synced.get(key)
 

@@ -544,7 +544,7 @@ class Controller:
         change (the key is queued for then), so the pods of a job starting one by one cost one write. A
         job's first status waits as long: a client that updates the MPIJob it just created (with the
         create's resourceVersion) must not meet a conflict of ours, as it never did at upstream's 5 QPS."""
-        first = not (old or {}).get("conditions")
+        first = not (old or {}).get("conditions") and not condition_true(new, "Failed")  # failures at once
         return self._can_wait(self._status_waiting, key, first or only_counts_changed(old, new))
 
     def _hostfile_can_wait(self, key: str, the_plan: Plan) -> bool:

@@ -34,16 +34,28 @@ hosts() {
   if [ -n "$MPIJOB_WAIT_DISCOVER" ]; then sh "$MPIJOB_WAIT_DISCOVER"; else cat "$MPIJOB_WAIT_HOSTFILE"; fi |
     sed -e 's/[:[:space:]].*//' -e '/^$/d'
 }
+probe() { ssh -o BatchMode=yes -o ConnectTimeout="$1" -o ConnectionAttempts=1 "$2" true 2>&1 </dev/null; }
 ok=" "
+named=""
 rounds=0
 while :; do
   report=""
   listed=0
+  # hydra's proxies (MPICH, Intel MPI) connect back to the launcher by name: wait for its DNS record
+  # (this name is not in /etc/hosts, so it resolves only through cluster DNS). Any answer but a
+  # resolver error means the name exists; the launcher runs no sshd.
+  if [ -z "$named" ]; then
+    err=$(probe 2 "$MPIJOB_WAIT_LAUNCHER")
+    case "$err" in
+      *"resolve hostname"* | *"not known"*) report=", $MPIJOB_WAIT_LAUNCHER (no DNS record)" ;;
+      *) named=1 ;;
+    esac
+  fi
   for h in $(hosts); do
     case "$h" in "$MPIJOB_WAIT_SELF" | "$MPIJOB_WAIT_SELF".*) continue ;; esac
     listed=$((listed + 1))
     case "$ok" in *" $h "*) continue ;; esac
-    if err=$(ssh -o BatchMode=yes -o ConnectTimeout=5 -o ConnectionAttempts=1 "$h" true 2>&1 </dev/null); then
+    if err=$(probe 5 "$h"); then
       ok="$ok$h "
       continue
     fi
@@ -99,6 +111,7 @@ def wait_container(job: MPIJob, launcher: dict[str, Any]) -> dict[str, Any] | No
         env_var("MPIJOB_WAIT_DISCOVER", discover),
         # With runLauncherAsWorker the launcher is a host too, but mpirun starts its ranks without ssh.
         env_var("MPIJOB_WAIT_SELF", names.launcher_name(job.name) if job.run_launcher_as_worker else ""),
+        env_var("MPIJOB_WAIT_LAUNCHER", f"{names.launcher_name(job.name)}.{job.name}.{job.namespace}.svc"),
     ]
     out: dict[str, Any] = {"name": names.WAIT_CONTAINER}
     for key in COPIED_FIELDS:

@@ -62,7 +62,7 @@ def test_gate_is_the_launchers_image_user_mounts_and_resources():
     env = env_of(ours)
     assert env["USER_VAR"] == "x" and env["K_MPI_JOB_ROLE"] == "launcher"
     assert env["MPIJOB_WAIT_TIMEOUT"] == "300" and env["MPIJOB_WAIT_SELF"] == ""
-    assert env["MPIJOB_WAIT_DISCOVER"] == ""
+    assert env["MPIJOB_WAIT_DISCOVER"] == "" and env["MPIJOB_WAIT_LAUNCHER"] == "pi-launcher.pi.ns.svc"
     cm = by_kind(children, "ConfigMap")[0]
     assert cm["data"][n.WAIT_SCRIPT_KEY] == SCRIPT
     items = [i for v in spec["volumes"] if "configMap" in v for i in v["configMap"]["items"]]
@@ -157,6 +157,14 @@ exit 0
 """
 
 
+LAUNCHER = "pi-launcher.pi.ns.svc"
+
+
+def checked(d: Path) -> list[str]:
+    """Hosts the script ssh-ed to, in order, without the launcher's own name check."""
+    return [h for h in (d / "calls").read_text().split() if h != LAUNCHER]
+
+
 def run_script(
     tmp_path: Path, hosts: str, fails: dict[str, tuple[int, str]], **env: str
 ) -> tuple[int, str, str]:
@@ -175,6 +183,7 @@ def run_script(
         "MPIJOB_WAIT_HOSTFILE": str(tmp_path / "hostfile"),
         "MPIJOB_WAIT_DISCOVER": "",
         "MPIJOB_WAIT_SELF": "",
+        "MPIJOB_WAIT_LAUNCHER": LAUNCHER,
         "MPIJOB_WAIT_TERMINATION_LOG": str(tmp_path / "termination-log"),
         **env,
     }
@@ -192,7 +201,7 @@ def test_script_waits_until_every_host_answers(tmp_path):
     )
     assert code == 0, out
     assert "2 host(s) reachable" in out and term == ""
-    calls = (tmp_path / "calls").read_text().split()
+    calls = checked(tmp_path)
     # w-0 is checked once; w-1 until it answers (2 failures, then success).
     assert calls.count("w-0.pi.ns.svc") == 1 and calls.count("w-1.pi.ns.svc") == 3
 
@@ -213,11 +222,29 @@ def test_script_times_out_naming_each_host_and_why(tmp_path):
     ), term
 
 
+def test_script_waits_for_the_launchers_own_dns_record(tmp_path):
+    # hydra's proxies connect back to the launcher by name. A refused connection means the name exists.
+    dns = f"Could not resolve hostname {LAUNCHER}: Name or service not known"
+    code, out, _ = run_script(tmp_path, "w-0.pi.ns.svc:1\n", {LAUNCHER: (2, dns)})
+    assert code == 0, out
+    assert (tmp_path / "calls").read_text().split().count(LAUNCHER) == 3
+    d = tmp_path / "refused"
+    d.mkdir()
+    code, out, _ = run_script(d, "w-0.pi.ns.svc:1\n", {LAUNCHER: (1, "connect to host: Connection refused")})
+    assert code == 0 and (d / "calls").read_text().split().count(LAUNCHER) == 1, out
+    d = tmp_path / "never"
+    d.mkdir()
+    code, _, term = run_script(d, "w-0.pi.ns.svc:1\n", {LAUNCHER: (99, dns)}, MPIJOB_WAIT_TIMEOUT="0")
+    assert code == n.WAIT_UNREACHABLE_EXIT and term.startswith(
+        f"workers not reachable over SSH after 0s: {LAUNCHER} (no DNS record)"
+    ), term
+
+
 def test_script_skips_the_launcher_itself(tmp_path):
     hosts = "pi-launcher slots=1\nw-0.pi.ns.svc slots=1\n"
     code, out, _ = run_script(tmp_path, hosts, {}, MPIJOB_WAIT_SELF="pi-launcher")
     assert code == 0, out
-    assert (tmp_path / "calls").read_text().split() == ["w-0.pi.ns.svc"]
+    assert checked(tmp_path) == ["w-0.pi.ns.svc"]
 
 
 def test_script_elastic_needs_at_least_one_listed_host(tmp_path):
@@ -232,7 +259,7 @@ def test_script_elastic_needs_at_least_one_listed_host(tmp_path):
     script = str(listed / "discover_hosts.sh")
     code, out, _ = run_script(listed, "x\n", {}, MPIJOB_WAIT_DISCOVER=script, MPIJOB_WAIT_SELF="pi-launcher")
     assert code == 0, out
-    assert (listed / "calls").read_text().split() == ["w-0.pi.ns.svc"]
+    assert checked(listed) == ["w-0.pi.ns.svc"]
 
 
 def test_exit_code_in_script_matches_status():

@@ -35,7 +35,7 @@ from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.realnode import node_rss_bytes  # noqa: E402
 from reconcile.kube import Kube  # noqa: E402
-from tests.e2e.conftest import E2E, OperatorProcess, condition_is, kubectl  # noqa: E402
+from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
 
 
@@ -59,7 +59,7 @@ def main() -> int:
     cluster.start()
     print(f"cluster with the real node up in {time.monotonic() - began:.1f}s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="node-bench-"))
-    op = OperatorProcess(cluster, work / "operator.log")
+    op = operator_runner(cluster, work / "operator.log")
     results: dict[str, list[tuple[int, float, bool]]] = {}
     rss: dict[str, int] = {}
     try:

@@ -94,27 +94,26 @@ def _prefix_script(prefix: str, env: tuple[str, ...]) -> str:
 _INTEL_ENV = _prefix_env(IMPI_PREFIX, f"I_MPI_ROOT={IMPI_PREFIX}")
 _MPICH_ENV = _prefix_env(MPICH_PREFIX, "MPIR_CVAR_CH4_NETMOD=ofi")  # the wheel also has UCX
 
+
+def _wheel_recipe(name: str, requirement: str, prefix: str, env: tuple[str, ...]) -> Recipe:
+    """MPICH and Intel MPI: a PyPI wheel as the install prefix, pi built against MPICH's ABI, and
+    upstream's entrypoint that waits for the hostfile's names."""
+    return Recipe(
+        name=name,
+        pi="mpich",
+        script=_ENTRYPOINT + _prefix_script(prefix, env),
+        env=env,
+        entrypoint=("/entrypoint.sh",),
+        wheel=requirement,
+        prefix=prefix,
+    )
+
+
 RECIPES: dict[str, Recipe] = {
     "openmpi": Recipe(name="localhost/mpi-pi:openmpi", packages=("openmpi-bin",), pi="openmpi"),
-    "mpich": Recipe(
-        name="localhost/mpi-pi:mpich",
-        pi="mpich",
-        script=_ENTRYPOINT + _prefix_script(MPICH_PREFIX, _MPICH_ENV),
-        env=_MPICH_ENV,
-        entrypoint=("/entrypoint.sh",),
-        wheel=MPICH_REQUIREMENT,
-        prefix=MPICH_PREFIX,
-    ),
-    "intel": Recipe(
-        name="localhost/mpi-pi:intel",
-        # libgomp etc. are not needed; Intel's runtime only wants what the base has.
-        pi="mpich",
-        script=_ENTRYPOINT + _prefix_script(IMPI_PREFIX, _INTEL_ENV),
-        env=_INTEL_ENV,
-        entrypoint=("/entrypoint.sh",),
-        wheel=IMPI_REQUIREMENT,
-        prefix=IMPI_PREFIX,
-    ),
+    "mpich": _wheel_recipe("localhost/mpi-pi:mpich", MPICH_REQUIREMENT, MPICH_PREFIX, _MPICH_ENV),
+    # libgomp etc. are not needed; Intel's runtime only wants what the base has.
+    "intel": _wheel_recipe("localhost/mpi-pi:intel", IMPI_REQUIREMENT, IMPI_PREFIX, _INTEL_ENV),
 }
 # The implementations `localcluster images` lists: root and non-root Open MPI share one image, as upstream's.
 IMPLEMENTATIONS = {"openmpi": "openmpi", "openmpi-nonroot": "openmpi", "mpich": "mpich", "intel": "intel"}

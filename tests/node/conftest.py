@@ -53,12 +53,8 @@ def real_cluster() -> Iterator[LocalCluster]:
 def node_operator(
     real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorRunner]:
-    op = operator_runner(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log")
-    op.start()
-    try:
+    with operator_runner(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log") as op:
         yield op
-    finally:
-        op.stop()
 
 
 class NodeE2E(E2E):

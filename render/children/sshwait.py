@@ -21,7 +21,7 @@ from render.jsonutil import clone
 DEFAULT_TIMEOUT_SECONDS = 300
 # Elastic jobs (Horovod) run on whatever discover_hosts.sh lists: wait for those, at least one.
 ELASTIC_MARKERS = (names.DISCOVER_HOSTS_KEY, "host-discovery-script")
-COPIED_FIELDS = ("image", "imagePullPolicy", "env", "envFrom", "volumeMounts", "securityContext", "resources")
+COPIED_FIELDS = ("image", "imagePullPolicy", "envFrom", "volumeMounts", "securityContext", "resources")
 
 # POSIX sh: it runs in the user's image. It lives in the ConfigMap (`wait_for_workers.sh`), settings in
 # the env. `hosts` strips slots (`h slots=N`, `h:N`).

@@ -10,6 +10,10 @@ CoreDNS, the shims). Printed, not asserted. Needs root. Usage:
 
     .venv/bin/python benchmarks/node_restarts.py --jobs 3
     .venv/bin/python benchmarks/node_restarts.py --jobs 3 --policy WaitForWorkersReady
+    .venv/bin/python benchmarks/node_restarts.py --jobs 3 --no-gate   # upstream's behaviour: no wait
+
+`--no-gate` sets the `mpijob.dev/ssh-wait-timeout-seconds: "0"` annotation, which turns the launcher's
+wait-for-workers init container off: mpirun starts at once, as upstream's does.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.realnode import node_rss_bytes  # noqa: E402
 from reconcile.kube import Kube  # noqa: E402
-from tests.e2e.conftest import E2E, OperatorProcess, condition_is, kubectl  # noqa: E402
+from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
 
 
@@ -46,6 +50,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=3, help="jobs per implementation")
     parser.add_argument("--impl", action="append", choices=list(IMPLS), help="default: all")
     parser.add_argument("--policy", default="AtStartup", choices=("AtStartup", "WaitForWorkersReady"))
+    parser.add_argument("--no-gate", action="store_true", help="turn the launcher's wait-for-workers off")
     args = parser.parse_args()
     impls = args.impl or list(IMPLS)
 
@@ -54,7 +59,7 @@ def main() -> int:
     cluster.start()
     print(f"cluster with the real node up in {time.monotonic() - began:.1f}s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="node-bench-"))
-    op = OperatorProcess(cluster, work / "operator.log")
+    op = operator_runner(cluster, work / "operator.log")
     results: dict[str, list[tuple[int, float, bool]]] = {}
     rss: dict[str, int] = {}
     try:
@@ -73,6 +78,8 @@ def main() -> int:
                 body = node_job(impl)
                 if args.policy != "AtStartup":
                     body["spec"]["launcherCreationPolicy"] = args.policy
+                if args.no_gate:
+                    body["metadata"]["annotations"] = {"mpijob.dev/ssh-wait-timeout-seconds": "0"}
                 t0 = time.monotonic()
                 e2e.submit(body)
                 if not rss:  # the node's memory while the first job's pods run
@@ -105,7 +112,8 @@ def main() -> int:
     finally:
         op.stop()
         cluster.stop()
-    print(f"\nlauncher restarts per job at {args.policy} (and submit-to-finished time):")
+    gate = "without the gate" if args.no_gate else "with the gate"
+    print(f"\nlauncher restarts per job at {args.policy}, {gate} (and submit-to-finished time):")
     for impl, rows in results.items():
         restarts = [r for r, _, _ in rows]
         times = [t for _, t, _ in rows]

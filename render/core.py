@@ -25,7 +25,7 @@ from render.observed import (
     view,
 )
 from render.parse import parse_mpijob
-from render.status import REASON_DEADLINE, status, wanted_names
+from render.status import OPERATOR_FAILURES, status, wanted_names
 
 
 def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config) -> list[dict[str, Any]]:
@@ -42,8 +42,9 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     conds = cond.clean(status(job, observed, config).get("conditions"))
     finished = cond.is_finished(conds)
     failed = cond.find(conds, cond.FAILED)
-    deadline_exceeded = (
-        failed is not None and failed.get("status") == cond.TRUE and failed.get("reason") == REASON_DEADLINE
+    # Failed by the operator's own decision (deadline, unreachable workers): stop the launcher's pods.
+    stop_launcher = (
+        failed is not None and failed.get("status") == cond.TRUE and failed.get("reason") in OPERATOR_FAILURES
     )
     v = view(observed, job, wanted_names(job, config))
     replicas = job.worker_replicas
@@ -73,7 +74,7 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     live = v.launcher
     if finished:
         if live is not None:
-            suspend = deadline_exceeded or bool((live.get("spec") or {}).get("suspend"))
+            suspend = stop_launcher or bool((live.get("spec") or {}).get("suspend"))
             out.append(launcher_job(job, config, suspend=suspend))
     elif job.suspended:
         out.append(launcher_job(job, config, suspend=True))

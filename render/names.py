@@ -29,6 +29,7 @@ CONFIG_VOLUME = "mpi-job-config"
 CONFIG_MOUNT_PATH = "/etc/mpi"
 HOSTFILE_KEY = "hostfile"
 DISCOVER_HOSTS_KEY = "discover_hosts.sh"
+WAIT_SCRIPT_KEY = "wait_for_workers.sh"
 HOSTFILE_PATH = CONFIG_MOUNT_PATH + "/" + HOSTFILE_KEY
 SSH_VOLUME = "ssh-auth"
 ROOT_SSH_PATH = "/root/.ssh"
@@ -43,6 +44,13 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 SCHED_PLUGINS_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 SCHED_PLUGINS_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# The launcher's init container that waits for every host over SSH, and the annotation that sets its
+# timeout in seconds ("0" turns it off).
+WAIT_CONTAINER = "wait-for-workers"
+SSH_WAIT_ANNOTATION = "mpijob.dev/ssh-wait-timeout-seconds"
+SSH_WAIT_MAX_SECONDS = 2**31 - 1
+WAIT_UNREACHABLE_EXIT = 69  # EX_UNAVAILABLE: the wait timed out
 
 MANAGED_BY_SELF = "kubeflow.org/mpi-operator"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"

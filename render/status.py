@@ -40,6 +40,9 @@ REASON_DEADLINE = "DeadlineExceeded"
 REASON_VALIDATION = "ValidationError"
 REASON_EXISTS = "ErrResourceExists"
 REASON_FAILED_CREATE = "FailedCreate"
+REASON_UNREACHABLE = "WorkersUnreachable"
+# Failures the operator decides (not the launcher Job): render suspends the launcher Job for them.
+OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE)
 
 
 def truncate(message: str) -> str:
@@ -189,6 +192,9 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
             truncate("Found validation errors: " + "; ".join(lines)),
         )
         st.setdefault("completionTime", now)
+    elif launcher is not None and (gate := unreachable(v.launcher_pods)) is not None:
+        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(f"MPIJob {ns_name} has failed: {gate}"))
+        st.setdefault("completionTime", now)
     elif launcher is not None and condition_true(launcher, "Complete"):
         setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
         completion = parse_time((launcher.get("status") or {}).get("completionTime"))
@@ -317,6 +323,22 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[str, str]:
     if status.get("message"):
         message += f": {status['message']}"
     return reason, message
+
+
+def unreachable(pods: list[dict[str, Any]]) -> str | None:
+    """The message of a launcher pod whose wait for the workers timed out (its init container exited
+    with WAIT_UNREACHABLE_EXIT, now or before a restart), else None."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("initContainerStatuses") or ():
+            if not isinstance(cs, Mapping) or cs.get("name") != names.WAIT_CONTAINER:
+                continue
+            for state in (cs.get("state"), cs.get("lastState")):
+                term = (state or {}).get("terminated") if isinstance(state, Mapping) else None
+                if isinstance(term, Mapping) and term.get("exitCode") == names.WAIT_UNREACHABLE_EXIT:
+                    name = (pod.get("metadata") or {}).get("name", "")
+                    detail = str(term.get("message") or "").strip() or "workers not reachable over SSH"
+                    return f"launcher pod {name}: {detail}"
+    return None
 
 
 def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tuple[str, str]:

@@ -135,6 +135,17 @@ def _validate_metadata(job: MPIJob, errs: list[FieldError]) -> None:
                     f"DNS label {quote(longest)}: must be no more than 63 characters",
                 )
             )
+    wait = job.annotations.get(names.SSH_WAIT_ANNOTATION)
+    if wait is not None and not (
+        wait.isascii() and wait.isdigit() and int(wait) <= names.SSH_WAIT_MAX_SECONDS
+    ):
+        errs.append(
+            FieldError(
+                f"metadata.annotations[{names.SSH_WAIT_ANNOTATION}]",
+                f"Invalid value: {quote(wait)}: must be a whole number of seconds from 0 to "
+                f"{names.SSH_WAIT_MAX_SECONDS} (0 turns the launcher's wait for the workers off)",
+            )
+        )
     if not job.namespace:
         errs.append(FieldError("metadata.namespace", "Required value"))
     elif not names.is_dns1123_label(job.namespace):
@@ -206,6 +217,14 @@ def _validate_template(
         else:
             for i, c in enumerate(init):
                 _validate_container(c, f"{path}.initContainers[{i}]", errs)
+                ours = isinstance(c, Mapping) and c.get("name") == names.WAIT_CONTAINER
+                if rtype == names.LAUNCHER and ours:
+                    errs.append(
+                        FieldError(
+                            f"{path}.initContainers[{i}].name",
+                            f"Duplicate value: {quote(names.WAIT_CONTAINER)}: reserved by the operator",
+                        )
+                    )
     volumes = pod.get("volumes")
     ours = {names.SSH_VOLUME, names.CONFIG_VOLUME} if rtype == names.LAUNCHER else {names.SSH_VOLUME}
     if volumes is not None:

@@ -1,4 +1,4 @@
-"""The real node's images, built from Debian packages (and PyPI's impi-rt) without a registry.
+"""The real node's images, built from Debian packages (and PyPI's mpich and impi-rt) without a registry.
 
 One debootstrap (minbase) tree is the shared base layer; each MPI image adds one layer, made by running
 its recipe in a chroot of an overlayfs over the base (the upper dir is the layer). Everything is cached
@@ -32,6 +32,11 @@ BASE_PACKAGES = ("openssh-server", "openssh-client")
 BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
+# Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize deadlocks over TCP in 5 of 25 runs
+# (one rank spins in ucp_worker_progress closing endpoints while its peer already waits in the PMI
+# barrier; seen on the real node with gdb). PyPI's MPICH 5 uses libfabric's tcp provider.
+MPICH_REQUIREMENT = "mpich==5.0.2"
+MPICH_PREFIX = "/opt/mpich"
 PAUSE_IMAGE = "localhost/pause:local"
 # The name deploy/kustomization.yaml gives the operator's image, so `kubectl apply -k deploy/` runs it as is.
 OPERATOR_IMAGE = "docker.io/library/mpijob-operator:0.1.0"
@@ -61,45 +66,54 @@ class Recipe:
     script: str = ""
     env: tuple[str, ...] = (f"PATH={SYSTEM_PATH}",)
     entrypoint: tuple[str, ...] = ()
-    impi: bool = False  # unpack PyPI's impi-rt under IMPI_PREFIX
+    wheel: str = ""  # a PyPI requirement whose wheel's data dir is unpacked as an install prefix
+    prefix: str = ""  # where that wheel goes
 
 
 _ENTRYPOINT = (
     "install -m 0755 /tmp/build/entrypoint.sh /entrypoint.sh\n"
     # getent answers from cluster DNS; no dnsutils needed.
 )
-_INTEL_ENV = (
-    f"PATH={IMPI_PREFIX}/bin:{SYSTEM_PATH}",
-    f"LD_LIBRARY_PATH={IMPI_PREFIX}/lib",
-    f"I_MPI_ROOT={IMPI_PREFIX}",
-)
-_INTEL_SCRIPT = (
-    # pi is built against Debian's MPICH (same ABI as Intel MPI): give Intel's libmpi its MPICH soname.
-    f"ln -s libmpi.so.12 {IMPI_PREFIX}/lib/libmpich.so.12\n"
-    # ssh sessions (hydra's proxies on the workers) get the same PATH and libraries as the image.
-    "env_line='SetEnv " + " ".join(_INTEL_ENV) + "'\n"
-    'echo "$env_line" >>/etc/ssh/sshd_config\n'
-    'echo "$env_line" >>/home/mpiuser/.sshd_config\n'
-)
+
+
+def _prefix_env(prefix: str, *extra: str) -> tuple[str, ...]:
+    return (f"PATH={prefix}/bin:{SYSTEM_PATH}", f"LD_LIBRARY_PATH={prefix}/lib", *extra)
+
+
+def _prefix_script(prefix: str, env: tuple[str, ...]) -> str:
+    return (
+        # pi is built against Debian's MPICH: give the wheel's libmpi (same ABI) MPICH's soname.
+        f"ln -s libmpi.so.12 {prefix}/lib/libmpich.so.12\n"
+        # ssh sessions (hydra's proxies on the workers) get the same PATH and libraries as the image.
+        "env_line='SetEnv " + " ".join(env) + "'\n"
+        'echo "$env_line" >>/etc/ssh/sshd_config\n'
+        'echo "$env_line" >>/home/mpiuser/.sshd_config\n'
+    )
+
+
+_INTEL_ENV = _prefix_env(IMPI_PREFIX, f"I_MPI_ROOT={IMPI_PREFIX}")
+_MPICH_ENV = _prefix_env(MPICH_PREFIX, "MPIR_CVAR_CH4_NETMOD=ofi")  # the wheel also has UCX
+
+
+def _wheel_recipe(name: str, requirement: str, prefix: str, env: tuple[str, ...]) -> Recipe:
+    """MPICH and Intel MPI: a PyPI wheel as the install prefix, pi built against MPICH's ABI, and
+    upstream's entrypoint that waits for the hostfile's names."""
+    return Recipe(
+        name=name,
+        pi="mpich",
+        script=_ENTRYPOINT + _prefix_script(prefix, env),
+        env=env,
+        entrypoint=("/entrypoint.sh",),
+        wheel=requirement,
+        prefix=prefix,
+    )
+
 
 RECIPES: dict[str, Recipe] = {
     "openmpi": Recipe(name="localhost/mpi-pi:openmpi", packages=("openmpi-bin",), pi="openmpi"),
-    "mpich": Recipe(
-        name="localhost/mpi-pi:mpich",
-        packages=("mpich",),
-        pi="mpich",
-        script=_ENTRYPOINT,
-        entrypoint=("/entrypoint.sh",),
-    ),
-    "intel": Recipe(
-        name="localhost/mpi-pi:intel",
-        # libgomp etc. are not needed; Intel's runtime only wants what the base has.
-        pi="mpich",
-        script=_ENTRYPOINT + _INTEL_SCRIPT,
-        env=_INTEL_ENV,
-        entrypoint=("/entrypoint.sh",),
-        impi=True,
-    ),
+    "mpich": _wheel_recipe("localhost/mpi-pi:mpich", MPICH_REQUIREMENT, MPICH_PREFIX, _MPICH_ENV),
+    # libgomp etc. are not needed; Intel's runtime only wants what the base has.
+    "intel": _wheel_recipe("localhost/mpi-pi:intel", IMPI_REQUIREMENT, IMPI_PREFIX, _INTEL_ENV),
 }
 # The implementations `localcluster images` lists: root and non-root Open MPI share one image, as upstream's.
 IMPLEMENTATIONS = {"openmpi": "openmpi", "openmpi-nonroot": "openmpi", "mpich": "mpich", "intel": "intel"}
@@ -280,11 +294,12 @@ def build_pi(root: Path, base: Path) -> Path:
     return out
 
 
-def _impi_tree(dest: Path) -> None:
-    """PyPI's impi-rt wheel, unpacked as an install prefix (its data dir); identical files hard-linked."""
+def _wheel_tree(requirement: str, dest: Path) -> None:
+    """A PyPI wheel (impi-rt, mpich), unpacked as an install prefix (its data dir); identical files
+    hard-linked."""
     with tempfile.TemporaryDirectory() as tmp:
         _run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, IMPI_REQUIREMENT],
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
             stdout=subprocess.DEVNULL,
         )
         (wheel,) = Path(tmp).glob("*.whl")
@@ -309,13 +324,13 @@ def _impi_tree(dest: Path) -> None:
 
 def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir: Path) -> Path:
     recipe = RECIPES[impl]
-    key = _inputs_hash("image", SUITE, recipe, IMPI_REQUIREMENT if recipe.impi else "")
+    key = _inputs_hash("image", SUITE, recipe)
     out = root / f"{impl}-{key}"
     archive = out / "image.tar"
     with _locked(root / f"{impl}-{key}.lock"):
         if not (out / ".complete").exists():
             began = time.monotonic()
-            what = "PyPI impi-rt" if recipe.impi else f"Debian {', '.join(recipe.packages)}"
+            what = f"PyPI {recipe.wheel}" if recipe.wheel else f"Debian {', '.join(recipe.packages)}"
             log(f"image {recipe.name} ({what}; ~1-2 min cold)")
             stage = Path(tempfile.mkdtemp(dir=root, prefix=f".{impl}-"))
             upper, inp = stage / "upper", stage / "input"
@@ -324,9 +339,9 @@ def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir
             shutil.copy(IMAGES_DIR / "entrypoint.sh", inp / "entrypoint.sh")
             shutil.copy(pi_dir / f"pi-{recipe.pi}", inp / "pi")
             script = _apt_script(recipe.packages)
-            if recipe.impi:
-                _impi_tree(inp / "impi")
-                script += f"mkdir -p {IMPI_PREFIX}\ncp -a /tmp/build/impi/. {IMPI_PREFIX}/\n"
+            if recipe.wheel:
+                _wheel_tree(recipe.wheel, inp / "prefix")
+                script += f"mkdir -p {recipe.prefix}\ncp -a /tmp/build/prefix/. {recipe.prefix}/\n"
             script += "install -m 0755 -o mpiuser -g mpiuser /tmp/build/pi /home/mpiuser/pi\n" + recipe.script
             _chroot_build(base, upper, inp, script)
             layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)

@@ -1,4 +1,5 @@
-"""The ConfigMap `<job>-config`: hostfile and discover_hosts.sh, mounted by the launcher at /etc/mpi."""
+"""The ConfigMap `<job>-config`: hostfile, discover_hosts.sh and the launcher's wait script, mounted by the
+launcher at /etc/mpi."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from render import hostfile, names
 from render.api import Config, MPIJob
 from render.children.common import object_meta
+from render.children.sshwait import SCRIPT
 
 
 def configmap(
@@ -24,5 +26,6 @@ def configmap(
             names.DISCOVER_HOSTS_KEY: discover_hosts
             if discover_hosts is not None
             else hostfile.discover_hosts(job, running_worker_indexes, config.cluster_domain),
+            names.WAIT_SCRIPT_KEY: SCRIPT,
         },
     }

@@ -7,6 +7,7 @@ from typing import Any
 from render import names
 from render.api import Config, MPIJob
 from render.children.common import decorate_gang, decorate_pod_spec, env_var, object_meta, pod_template_parts
+from render.children.sshwait import wait_container
 
 SSH_ARGS = "-o ConnectionAttempts=10"
 
@@ -64,11 +65,16 @@ def launcher_pod_template(job: MPIJob, config: Config) -> dict[str, Any]:
                 "items": [
                     {"key": names.HOSTFILE_KEY, "path": names.HOSTFILE_KEY, "mode": 0o444},
                     {"key": names.DISCOVER_HOSTS_KEY, "path": names.DISCOVER_HOSTS_KEY, "mode": 0o555},
+                    {"key": names.WAIT_SCRIPT_KEY, "path": names.WAIT_SCRIPT_KEY, "mode": 0o555},
                 ],
             },
         }
     )
     container["volumeMounts"].append({"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_PATH})
+    gate = wait_container(job, container)
+    if gate is not None:
+        # Last, so mpirun starts right after it: user init containers may take long (data, caches).
+        spec.setdefault("initContainers", []).append(gate)
     decorate_gang(job, spec, labels, annotations, config)
     meta: dict[str, Any] = {"labels": labels}
     if annotations:

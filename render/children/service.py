@@ -17,7 +17,10 @@ def service(job: MPIJob) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "selector": {names.LABEL_JOB_NAME: job.name, names.LABEL_OPERATOR_NAME: names.OPERATOR_NAME},
-            # The launcher must resolve itself before it is Ready when it is also a worker (#703).
-            "publishNotReadyAddresses": job.run_launcher_as_worker,
+            # Names exist from the pod's IP on, not from Ready: hydra's proxies (MPICH, Intel) on the
+            # workers connect back to the launcher by name while it is not Ready yet (its init container,
+            # the gate, waits for that name), and a launcher that is also a worker must resolve itself
+            # (#703). Reachability is the gate's job (ssh), not readiness.
+            "publishNotReadyAddresses": True,
         },
     }

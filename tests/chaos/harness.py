@@ -411,12 +411,31 @@ def check(
             report.non_leader_writes.append(f"{what} by {who[0][-8:]} while {holder[-8:] or 'nobody'} led")
 
     creates: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    timed_out: dict[tuple[str, str], dict[str, Any]] = {}
+    touched: set[tuple[str, str]] = set()  # objects a later 2xx write of the operator found existing
     for e in writes:
-        if e["verb"] != "create" or (e.get("responseStatus") or {}).get("code") != 201:
-            continue
         ref = e["objectRef"]
         name = ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name")
-        creates[(ref["resource"], name)].append(e)
+        code = (e.get("responseStatus") or {}).get("code")
+        if e["verb"] == "create" and code == 201:
+            creates[(ref["resource"], name)].append(e)
+        elif e["verb"] == "create" and code == 504:
+            # The API server's timeout: the create may have been stored (etcd committed after the
+            # deadline). It counts as the create if the object is seen to exist afterwards.
+            timed_out.setdefault((ref["resource"], name), e)
+        elif e["verb"] != "create" and not ref.get("subresource") and code in (200, 201, 202):
+            touched.add((ref["resource"], name))
+    present = {
+        (res.plural, o["metadata"]["name"])
+        for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
+        for o in cc.admin.list(res, namespace)["items"]
+    }
+    for key, e in timed_out.items():
+        if key not in creates and (key in touched or key in present):
+            creates[key].append(e)
+    report.extra["creates_timed_out_but_stored"] = sum(
+        1 for k in timed_out if creates.get(k) == [timed_out[k]]
+    )
     for (plural, name), made in creates.items():
         if plural in CHILD_PLURALS and len(made) > 1:
             report.duplicates.append(f"{plural}/{name} created {len(made)} times")

@@ -87,17 +87,18 @@ def test_plan_and_kubectl_diff_after_convergence_and_drift(
 
     # Someone else changes a field the operator owns: both show it, nothing is written.
     kube.patch(
-        SERVICE, namespace, "pi", {"spec": {"publishNotReadyAddresses": True}}, content_type=MERGE_PATCH
+        SERVICE, namespace, "pi", {"spec": {"publishNotReadyAddresses": False}}, content_type=MERGE_PATCH
     )
     code, report = plan(l1_cluster.kubeconfig, f"{namespace}/pi", "-o", "yaml")
     (patch,) = report["plan"]["patches"]
     assert code == 1 and patch["object"] == f"Service {namespace}/pi"
-    assert {"op": "replace", "path": "/spec/publishNotReadyAddresses", "value": False} in patch["jsonPatch"]
+    # false is the field's zero value, so the server leaves it out: the patch adds it back.
+    assert {"op": "add", "path": "/spec/publishNotReadyAddresses", "value": True} in patch["jsonPatch"]
     diff = subprocess.run(
         ["bash", "-c", DIFF_ONE_LINER], capture_output=True, text=True, env=env, timeout=120
     )
     assert diff.returncode == 1 and "publishNotReadyAddresses" in diff.stdout, diff.stderr
-    assert kube.get(SERVICE, namespace, "pi")["spec"]["publishNotReadyAddresses"] is True
+    assert not kube.get(SERVICE, namespace, "pi")["spec"].get("publishNotReadyAddresses")
 
 
 def test_plan_reports_a_name_held_by_another_object(l1_cluster, namespace, mpijob_crd, kube):

@@ -46,12 +46,8 @@ def podgroup_crds(e2e_cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="session")
 def operator(e2e_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorRunner]:
-    op = operator_runner(e2e_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    try:
+    with operator_runner(e2e_cluster, tmp_path_factory.mktemp("operator") / "operator.log") as op:
         yield op
-    finally:
-        op.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

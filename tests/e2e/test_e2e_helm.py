@@ -9,7 +9,6 @@ does with crds/ (so the MPIJobs stay).
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -19,6 +18,7 @@ from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.kube import MPIJOB, Kube
 from tests.e2e.support import REPO, condition_is
+from tests.utils import wait_for
 
 pytestmark = pytest.mark.l2
 
@@ -43,13 +43,7 @@ def helm(cluster: LocalCluster, *args: str) -> str:
 
 
 def wait(fn, what: str, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(fn, what, timeout, 0.3)
 
 
 def exists(kube: Kube, path: str) -> bool:

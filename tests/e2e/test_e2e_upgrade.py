@@ -10,7 +10,6 @@ and the operator, restarted under the same ServiceAccount with our RBAC, takes t
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -21,7 +20,7 @@ from localcluster.operator import OperatorRunner
 from reconcile.kube import JOB, MPIJOB, POD, Kube
 from tests.e2e.support import HOLD, KNOB, REPO, condition_is
 from tests.upstream_source import upstream_manifests
-from tests.utils import pi_job
+from tests.utils import pi_job, wait_for
 
 pytestmark = pytest.mark.l2
 
@@ -50,13 +49,7 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> subp
 
 
 def wait(fn, what: str, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(fn, what, timeout, 0.3)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

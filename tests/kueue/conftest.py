@@ -160,12 +160,8 @@ def kueue(kueue_cluster: LocalCluster) -> Iterator[Kueue]:
 def operator(
     kueue_cluster: LocalCluster, kueue: Kueue, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorRunner]:
-    op = operator_runner(kueue_cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    try:
+    with operator_runner(kueue_cluster, tmp_path_factory.mktemp("operator") / "operator.log") as op:
         yield op
-    finally:
-        op.stop()
 
 
 @pytest.fixture

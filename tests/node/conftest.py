@@ -18,7 +18,7 @@ import pytest
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from reconcile.kube import POD, Kube
+from reconcile.kube import EVENT, POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
 from tests.node.jobs import launcher_restarts
@@ -53,12 +53,8 @@ def real_cluster() -> Iterator[LocalCluster]:
 def node_operator(
     real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorRunner]:
-    op = operator_runner(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log")
-    op.start()
-    try:
+    with operator_runner(real_cluster, tmp_path_factory.mktemp("node-operator") / "operator.log") as op:
         yield op
-    finally:
-        op.stop()
 
 
 class NodeE2E(E2E):
@@ -69,6 +65,22 @@ class NodeE2E(E2E):
         assert pods, f"no launcher pod of {job}\n{self.describe(job)}"
         newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
         return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest))
+
+    def gate_log(self, job: str) -> str:
+        """The newest launcher pod's wait-for-workers log."""
+        pods = self.launcher_pods(job)
+        assert pods, f"no launcher pod of {job}\n{self.describe(job)}"
+        newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest), "-c", "wait-for-workers")
+
+    def events(self, job: str) -> list[dict]:
+        """Events about the MPIJob `job`."""
+        return [
+            e
+            for e in self.kube.list(EVENT, self.ns)["items"]
+            if (e.get("involvedObject") or {}).get("kind") == "MPIJob"
+            and (e.get("involvedObject") or {}).get("name") == job
+        ]
 
     def restarts(self, job: str) -> int:
         return launcher_restarts(self.launcher_pods(job))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.e2e.support import condition_is, conditions
+from tests.e2e.support import condition_is, conditions, name_of
 from tests.node.conftest import NodeE2E, sshd_processes
 from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
 
@@ -25,6 +25,49 @@ def test_pi_one_rank_per_worker(node_e2e: NodeE2E, impl: str) -> None:
     job, log = node_e2e.run(node_job(impl))
     assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
     assert_pi(log, {0: "pi-worker-0", 1: "pi-worker-1"})
+    # At the default policy (AtStartup) the launcher's gate held mpirun until the workers answered over
+    # SSH: no launcher restart (upstream's Job retries the race with the workers' DNS and sshd).
+    assert node_e2e.restarts("pi") == 0, node_e2e.describe("pi")
+    assert "reachable over SSH" in node_e2e.gate_log("pi")
+
+
+def test_unreachable_worker_fails_the_job_naming_it(node_e2e: NodeE2E) -> None:
+    """One worker can never be scheduled: after the gate's timeout the job ends Failed/WorkersUnreachable
+    with the host and why, a Warning event says the same, and nothing of the job keeps running."""
+    body = node_job("openmpi-nonroot")
+    body["metadata"]["annotations"] = {"mpijob.dev/ssh-wait-timeout-seconds": "20"}
+    # The node has 2 CPUs; the launcher asks 300m and each worker 1200m: one worker never fits.
+    worker = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    worker["resources"] = {"requests": {"cpu": "1200m", "memory": "256Mi"}, "limits": {"cpu": "2"}}
+    name = "pi"
+    node_e2e.submit(body)
+    pending = node_e2e.wait_for(
+        lambda: [
+            name_of(p)
+            for p in node_e2e.workers(name)
+            if any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for c in p["status"].get("conditions") or []
+            )
+        ],
+        "one worker unschedulable",
+        60,
+        name,
+    )
+    job = node_e2e.wait_finished(name, 180)
+    failed = conditions(job).get("Failed")
+    assert failed and failed["status"] == "True", node_e2e.describe(name)
+    assert failed["reason"] == "WorkersUnreachable", failed
+    (held,) = pending
+    other = "pi-worker-1" if held == "pi-worker-0" else "pi-worker-0"
+    assert f"workers not reachable over SSH after 20s: {held}.pi." in failed["message"], failed
+    assert "(no DNS record)" in failed["message"], failed
+    assert other not in failed["message"], failed  # it answered
+    events = node_e2e.events(name)
+    assert any(e.get("reason") == "WorkersUnreachable" and e.get("type") == "Warning" for e in events), events
+    # The launcher Job is suspended (its pod goes) and cleanPodPolicy Running removes the workers.
+    node_e2e.wait_for(lambda: not node_e2e.launcher_pods(name), "launcher pods gone", 60, name)
+    node_e2e.wait_for(lambda: not node_e2e.workers(name), "worker pods gone", 60, name)
 
 
 @pytest.mark.parametrize("impl", ["openmpi-nonroot", "intel"])
@@ -49,11 +92,9 @@ def test_run_launcher_as_worker(node_e2e: NodeE2E, impl: str) -> None:
 
 
 def test_failing_program_exit_code_reaches_status(node_e2e: NodeE2E) -> None:
-    # No retries here, so the launcher must not start before the workers' DNS names exist (the known
-    # race at AtStartup, which otherwise fails this job for the wrong reason): WaitForWorkersReady.
-    body = node_job(
-        "openmpi-nonroot", run_policy={"backoffLimit": 0}, launcherCreationPolicy="WaitForWorkersReady"
-    )
+    # No retries, at the default policy: the gate keeps the race with the workers' DNS from failing
+    # this job for the wrong reason.
+    body = node_job("openmpi-nonroot", run_policy={"backoffLimit": 0})
     body["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
     set_mpirun_args(body, "-n", "2", "/home/mpiuser/pi", "3")
     job, log = node_e2e.run(body)

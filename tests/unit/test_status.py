@@ -297,6 +297,7 @@ GOLDEN_STATE = {
     "suspended-while-running": "Suspended",
     "tensorflow-benchmarks-gpu": None,  # nothing observed yet: Created waits for the children
     "ttl-expired": "Succeeded",
+    "workers-unreachable": "Failed",
     "volcano": None,  # nothing observed yet: Created waits for the children
     "wait-for-workers-holding": "Created",
     "wait-for-workers-releasing": "Created",

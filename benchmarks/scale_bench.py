@@ -412,6 +412,7 @@ def main() -> int:
     )
     parser.add_argument("--save", type=Path, help="write the figures as JSON here")
     parser.add_argument("--compare", type=Path, help="print growth against a --save'd run")
+    parser.add_argument("--profile", help="write py-spy's on-CPU samples of the operator here (raw format)")
     args = parser.parse_args()
     # SIGTERM too stops the cluster and the operator (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -454,6 +455,14 @@ def main() -> int:
         kubeconfig = cluster.write_user_kubeconfig(SA_USER)
         operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
         operator.start()
+        profiler = None
+        if args.profile:
+            # on-CPU samples of the operator process (py-spy's raw format: one folded stack per line)
+            profiler = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(operator.pid), "--rate", "50",
+                 "--format", "raw", "--output", args.profile, "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
         idle = requests(operator)
         watcher = StatusWatcher(cluster.api_client())
         watcher.start()
@@ -548,6 +557,8 @@ def main() -> int:
         codes = operator_codes(operator)
         operator.stop()
         operator = None
+        if profiler is not None:
+            profiler.wait(timeout=60)
 
         if args.pace_after:
             paces.append(run_pace(cluster, args, "pace-after"))

@@ -12,8 +12,9 @@ Kept, by kind (what is not listed is dropped):
   policy may change (mutable and conditional ones, and the paths its conditions test) and those render
   reads; ``managedFields`` trees pruned to the same paths (the differ looks for removals and applied
   fields within them only);
-* Pods' ``status``: phase, reason, message, the conditions' type and status, and each container status's
-  name and terminated states (render's readiness, eviction and failure messages);
+* Pods' ``status``: phase, reason, message, the conditions' type and status, and each container and init
+  container status's name and terminated states (render's readiness, eviction and failure messages; the
+  launcher gate's WorkersUnreachable exit);
 * MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
   which a body without managedFields keeps the server's);
 * other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
@@ -131,9 +132,10 @@ def _pod_status(status: Mapping[str, Any]) -> dict[str, Any]:
         out["conditions"] = [
             {k: c[k] for k in ("type", "status") if k in c} if isinstance(c, Mapping) else c for c in conds
         ]
-    statuses = status.get("containerStatuses")
-    if isinstance(statuses, list):
-        out["containerStatuses"] = [_container_status(cs) for cs in statuses]
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if isinstance(statuses, list):
+            out[key] = [_container_status(cs) for cs in statuses]
     return out
 
 

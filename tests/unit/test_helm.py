@@ -73,6 +73,9 @@ def test_defaults_render_what_kustomize_installs():
 def test_kubeflow_namespace_matches_the_kubeflow_overlay():
     chart = by_key(helm_template(namespace="kubeflow"))
     kust = by_key(kustomize(REPO / "deploy" / "overlays" / "kubeflow"))
+    # kustomize's namespace transformer does not know FlowSchema is cluster-scoped; the API server drops
+    # the field
+    del kust[("FlowSchema", "mpi-operator-leader-election")]["metadata"]["namespace"]
     assert chart == kust
 
 

@@ -459,9 +459,21 @@ def main() -> int:
         if args.profile:
             # on-CPU samples of the operator process (py-spy's raw format: one folded stack per line)
             profiler = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(operator.pid), "--rate", "50",
-                 "--format", "raw", "--output", args.profile, "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(operator.pid),
+                    "--rate",
+                    "50",
+                    "--format",
+                    "raw",
+                    "--output",
+                    args.profile,
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         idle = requests(operator)
         watcher = StatusWatcher(cluster.api_client())

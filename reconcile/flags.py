@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from reconcile import logs
 from reconcile.health import DEFAULT_PORT
+from reconcile.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
@@ -127,21 +128,21 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster-domain", default="", help="appended to the FQDNs in the hostfile")
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
-    # client-go's leader-election flag names (kube-controller-manager's), with its defaults for operators
+    # client-go's leader-election flag names (kube-controller-manager's), with its defaults
     p.add_argument(
         "--leader-elect-lease-duration",
         type=go_int,
-        default=15,
+        default=int(LEASE_DURATION),
         help="seconds a standby waits on an unrenewed Lease before taking it",
     )
     p.add_argument(
         "--leader-elect-renew-deadline",
         type=float,
-        default=5.0,
+        default=RENEW_DEADLINE,
         help="seconds the leader may fail to renew before it stops writing (until it renews again)",
     )
     p.add_argument(
-        "--leader-elect-retry-period", type=float, default=3.0, help="seconds between Lease attempts"
+        "--leader-elect-retry-period", type=float, default=RETRY_PERIOD, help="seconds between Lease attempts"
     )
     p.add_argument(
         "--monitoring-port",

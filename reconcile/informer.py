@@ -7,7 +7,9 @@
 * objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
   (often the biggest part of an object), the main-resource entries stay: the differ reads ours to find
   fields we no longer render; a ``transform`` may keep less (reconcile/cacheform.py);
-* handlers get (event, old, new); updates whose resourceVersion did not change are not delivered.
+* handlers get (event, old, new); an update is not delivered when the cached form did not change apart
+  from ``resourceVersion`` and the managedFields' times (the kubelet's, the scheduler's and kwok's writes
+  to what the transform drops: each woke a sync that read the same thing).
 """
 
 from __future__ import annotations
@@ -123,6 +125,26 @@ def _slim(obj: Obj, res: Resource) -> Obj:
     # The differ finds fields we no longer render from our main-resource managedFields entries; the
     # subresource entries (e.g. the kubelet's pod status, the bulk) are dropped.
     return managedfields.slim(obj)
+
+
+def _meta_but_version(meta: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+    out["managedFields"] = [
+        {k: v for k, v in e.items() if k != "time"} if isinstance(e, Mapping) else e
+        for e in meta.get("managedFields") or ()
+    ]
+    return out
+
+
+def same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two versions of an object differ in nothing but ``resourceVersion`` and managedFields'
+    ``time``."""
+    if old.keys() != new.keys() or any(old[k] != new[k] for k in old if k != "metadata"):
+        return False
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    if om.get("resourceVersion") == nm.get("resourceVersion"):
+        return True
+    return _meta_but_version(om) == _meta_but_version(nm)
 
 
 class _Gone(Exception):
@@ -270,9 +292,7 @@ class Informer:
     def _deliver(self, old: Obj | None, new: Obj) -> None:
         if old is None:
             self._dispatch(ADDED, None, new)
-        elif (old.get("metadata") or {}).get("resourceVersion") != (new.get("metadata") or {}).get(
-            "resourceVersion"
-        ):
+        elif not same_but_version(old, new):
             self._dispatch(MODIFIED, old, new)
 
     def _watch(self) -> None:

@@ -32,9 +32,11 @@ from reconcile.kube import LEASE, ApiError, Kube
 
 log = logging.getLogger(__name__)
 
+# controller-runtime's and kube-controller-manager's defaults (upstream's 5 s deadline and 3 s retry closed
+# the fence whenever a renewal took over 2 s, as on an API server that 200 jobs keep busy)
 LEASE_DURATION = 15.0
-RENEW_DEADLINE = 5.0
-RETRY_PERIOD = 3.0
+RENEW_DEADLINE = 10.0
+RETRY_PERIOD = 2.0
 # On stop, the syncs in flight get this long (while we renew) before they are cut off by the fence.
 DRAIN_TIMEOUT = 1.0
 # Writes in flight when the fence closes get this long to come back before we release the Lease; if they do
@@ -94,6 +96,7 @@ class LeaderElector:
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._last_renew: float | None = None
+        self._attempt_began = 0.0
         self._leading = False
         self._wake = threading.Event()
         self.stepped_down_at: float | None = None  # clock time the Lease was released (for measurements)
@@ -148,7 +151,10 @@ class LeaderElector:
         self._set_leading(True)
         threading.Thread(target=self._on_started, name="leading", daemon=True).start()
         lapsed = False
-        while not stop.wait(self.retry_period):
+        # Renewals start every retry period counted from the start of the last one, not from its end: a
+        # renewal that took 1.2 s (GET and PUT on a busy server) then started the next one late, and the
+        # fence (open until a renewal's start plus the renew deadline) closed between the two.
+        while not stop.wait(max(0.0, self._attempt_began + self.retry_period - self._clock())):
             if self._renew(stop):
                 if lapsed:
                     log.info("lease renewed again; writes resume", extra={"lease": lease})
@@ -244,7 +250,7 @@ class LeaderElector:
             stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
     def try_acquire_or_renew(self) -> bool:
-        began = self._clock()
+        began = self._attempt_began = self._clock()
         now = self._wall()
         try:
             lease = self.kube.get(LEASE, self.namespace, self.name)

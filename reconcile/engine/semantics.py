@@ -146,6 +146,8 @@ def drop_nulls(value: Any) -> Any:
         return {k: drop_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [drop_nulls(v) for v in value]
+    if isinstance(value, (str, int, float)):  # immutable (bool is an int): deepcopy's dispatch cost a lot
+        return value
     return copy.deepcopy(value)
 
 

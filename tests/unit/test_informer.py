@@ -7,12 +7,14 @@ import threading
 
 import pytest
 
-from reconcile.informer import Informer, Store, controller_uid_index, key_of
+from reconcile.informer import Informer, Store, controller_uid_index, key_of, same_but_version
 from reconcile.kube import POD, ApiError
 
 
-def pod(name, rv, owner=None, ns="ns"):
+def pod(name, rv, owner=None, ns="ns", labels=None):
     meta = {"name": name, "namespace": ns, "resourceVersion": str(rv), "uid": f"uid-{name}"}
+    if labels:
+        meta["labels"] = labels
     if owner:
         meta["ownerReferences"] = [{"uid": owner, "controller": True, "kind": "MPIJob", "name": "pi"}]
     meta["managedFields"] = [
@@ -75,14 +77,16 @@ def test_informer_lists_watches_and_relists_on_410():
         ],
         streams=[
             [
-                {"type": "MODIFIED", "object": pod("a", 11)},
-                {"type": "MODIFIED", "object": pod("a", 11)},  # same RV: not delivered
+                {"type": "MODIFIED", "object": pod("a", 11, labels={"x": "1"})},
+                {"type": "MODIFIED", "object": pod("a", 11, labels={"x": "1"})},  # same RV: not delivered
+                {"type": "MODIFIED", "object": pod("a", 12, labels={"x": "1"})},  # only the RV: not either
                 {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
                 {"type": "ERROR", "object": {"code": 410, "reason": "Expired"}},
             ]
         ],
     )
     inf, events = run_informer(kube, lambda inf, ev: len(ev) >= 5)
+    assert kube.watch_queries and not kube.streams
     assert events == [
         ("ADDED", "ns/a"),
         ("ADDED", "ns/b"),
@@ -138,3 +142,24 @@ def test_observe_keeps_newer_cached_object():
     assert inf.store.get("ns/a")["metadata"]["resourceVersion"] == "9"
     inf.observe(pod("a", 10))
     assert inf.store.get("ns/a")["metadata"]["resourceVersion"] == "10"
+
+
+def test_updates_that_change_only_the_version_are_not_delivered():
+    """What the cache form drops (a Pod's spec.nodeName, its IPs) changes the version and nothing else;
+    a sync woken for it would read the same objects."""
+    base = pod("a", 5)
+    base["status"] = {"phase": "Pending"}
+    moved = json.loads(json.dumps(base))
+    moved["metadata"]["resourceVersion"] = "6"
+    moved["metadata"]["managedFields"][0]["time"] = "2026-12-03T10:00:00Z"
+    assert same_but_version(base, moved)
+    for change in (
+        lambda o: o["status"].update(phase="Running"),
+        lambda o: o["metadata"].setdefault("labels", {}).update(x="1"),
+        lambda o: o["metadata"].update(deletionTimestamp="2026-12-03T10:00:00Z"),
+        lambda o: o["metadata"]["managedFields"][0].update(manager="y"),
+        lambda o: o.update(spec={"nodeName": "n"}),
+    ):
+        other = json.loads(json.dumps(moved))
+        change(other)
+        assert not same_but_version(base, other)

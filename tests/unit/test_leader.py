@@ -147,3 +147,38 @@ def test_health_fails_when_leader_stops_renewing():
 def test_lease_timings_are_validated():
     with pytest.raises(ValueError):
         LeaderElector(FakeKube(), "ns", "a", lease_duration=5, renew_deadline=5)
+
+
+def test_slow_renewals_keep_the_fence_open():
+    """Renewals start every retry period from the last one's start: one taking 0.2 s (GET, PUT) on a busy
+    server must not close a 0.8 s fence between two of them (started from the last one's end, the next
+    ended 0.9 s after the last one began)."""
+
+    class SlowKube(FakeKube):
+        def get(self, *args, **kwargs):
+            threading.Event().wait(0.1)
+            return super().get(*args, **kwargs)
+
+        def replace(self, *args, **kwargs):
+            threading.Event().wait(0.1)
+            return super().replace(*args, **kwargs)
+
+    le = LeaderElector(
+        SlowKube(), "ns", "a", lease_duration=2.0, renew_deadline=0.8, retry_period=0.5, watch_lease=False
+    )
+    stop = threading.Event()
+    t = threading.Thread(target=le.run, args=(stop,))
+    t.start()
+    try:
+        for _ in range(200):
+            if le.fence.is_open():
+                break
+            threading.Event().wait(0.01)
+        closed = 0
+        for _ in range(250):  # 2.5 s: five renewals
+            closed += not le.fence.is_open()
+            threading.Event().wait(0.01)
+        assert closed == 0
+    finally:
+        stop.set()
+        t.join(3)

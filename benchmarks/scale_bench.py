@@ -300,6 +300,19 @@ def requests(op: OperatorRunner) -> dict[tuple[str, str], float]:
     return out
 
 
+def cpu_probe() -> str:
+    """The machine's speed now: a fixed pure-Python loop (best of 3) and the load average. Paces measured
+    on this shared 2-core machine moved by 2x between runs; this says how busy it was."""
+    best = math.inf
+    for _ in range(3):
+        began = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i * i
+        best = min(best, time.perf_counter() - began)
+    return f"probe loop {best * 1000:.0f} ms, load average {os.getloadavg()[0]:.1f}"
+
+
 def proc_stats(pid: int) -> tuple[int, float]:
     """(VmHWM bytes, utime + stime seconds) of a process."""
     hwm = 0
@@ -430,7 +443,10 @@ def main() -> int:
     parser.add_argument("--pace-threads", type=int, default=16, help="concurrent requests of the pace client")
     parser.add_argument("--no-pace", action="store_true", help="skip the API server's pace")
     parser.add_argument(
-        "--pace-after", action="store_true", help="measure the pace after the operator's run as well"
+        "--pace-once",
+        action="store_true",
+        help="measure the pace only before the operator's run (by default also after it: the ratio is to "
+        "their mean, as the machine's speed drifts)",
     )
     parser.add_argument("--load", type=int, default=0, help="threads of a competing client during the run")
     parser.add_argument(
@@ -447,7 +463,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pods = args.jobs * (args.workers + 1)
     # room for the pace client's copies of the pods too (they stay: deleting them would load the server)
-    copies = 1 + (not args.no_pace) + args.pace_after
+    copies = 1 + (not args.no_pace) + (not args.no_pace and not args.pace_once)
     nodes = max(2, copies * math.ceil(pods / PODS_PER_NODE) + 1)
     apiserver_args = tuple(args.apiserver_arg if args.apiserver_arg is not None else ())
     if args.load and args.apiserver_arg is None:
@@ -462,6 +478,7 @@ def main() -> int:
 
     spec = ClusterSpec(tier="l2", nodes=nodes, apiserver_args=apiserver_args)
     cluster = LocalCluster(spec, work_dir=work / "cluster", keep_work_dir=True)
+    print(f"== machine before: {cpu_probe()}", flush=True)
     cluster.start()
     operator: OperatorRunner | None = None
     watcher: StatusWatcher | None = None
@@ -499,6 +516,7 @@ def main() -> int:
                     "--output",
                     args.profile,
                     "--nonblocking",
+                    "--gil",
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -599,7 +617,8 @@ def main() -> int:
         if profiler is not None:
             profiler.wait(timeout=60)
 
-        if args.pace_after:
+        print(f"== machine after the operator's run: {cpu_probe()}", flush=True)
+        if not args.no_pace and not args.pace_once:
             paces.append(run_pace(cluster, args, "pace-after"))
         pace = sum(paces) / len(paces) if paces else None
         figures.update(

@@ -50,7 +50,7 @@ CREATE_RULES: Final = CreateRules(
     last_kinds=frozenset({"Job"}),
     stop_on_failure=True,
     none_while_conflicts=True,
-    concurrency=8,
+    concurrency=16,
     together=(
         frozenset({"ServiceAccount", "Role", "RoleBinding", "Service", "ConfigMap", "Secret", "PodGroup"}),
     ),

@@ -105,7 +105,13 @@ def test_full_install_has_every_manifest_and_base_lacks_only_the_deployment():
 
 
 def test_namespaced_objects_live_in_the_operator_namespace():
-    cluster_scoped = {"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "CustomResourceDefinition",
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "FlowSchema",
+    }
     for obj in _objects(DEPLOY):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["metadata"]["name"]

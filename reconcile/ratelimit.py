@@ -124,9 +124,12 @@ RETRY_AFTER_MAX = 30.0  # never trust a Retry-After further than this
 MIN_QPS = 1.0  # the slowest a series of 429s can push the client
 LATENCY_FLOOR_QPS = 5.0  # rising latency alone never slows the client below the old fixed default
 LATENCY_FACTOR = 4.0  # latency this many times the baseline counts as the server struggling
-# ...and only if it is at least this many seconds: a server we keep busy answers in 0.1-0.5 s, and slowing
-# down then only slows us (measured: at 0.25 s the limiter held 200 x 4 at 20-400 QPS for half the run)
-LATENCY_MIN = 1.0
+# ...and only if it is at least this many seconds: a server we keep busy answers in 0.1-2 s, and slowing
+# down then only slows us (measured on this 2-core machine: at 0.25 s the limiter held 200 x 4 at 20-400 QPS
+# for half the run; at 1 s it held a CPU-bound server's only client at 5-50 QPS, twice the pace's time,
+# with no other client to make room for). API Priority and Fairness queues us fairly meanwhile, and its
+# 429s are the signal that it has no room.
+LATENCY_MIN = 5.0
 UNLIMITED_ABOVE = 500.0  # a limit recovered past this many QPS is lifted
 ADJUST_EVERY = 1.0  # seconds between two changes of the limit (one burst of 429s is one signal)
 

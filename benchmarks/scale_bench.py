@@ -12,10 +12,13 @@ submits the jobs at once and prints:
   watch on the MPIJobs);
 - the operator's peak RSS (VmHWM) and CPU seconds (utime + stime), and the memory one cached object of
   each kind costs (the operator's cache form of the objects listed at the peak, measured with tracemalloc);
-- the API server's own pace for the same writes: after the operator's run, on the same cluster, a plain
-  client (no client-side limit, ``--pace-threads`` concurrent requests, a ServiceAccount user like the
-  operator, so the same API Priority and Fairness level) creates the same MPIJobs and children in the
-  namespace ``pace``; the operator's time until every child exists is printed as a ratio to it;
+- the API server's own pace for the same writes: before and after the operator's run (``--pace-once``:
+  before only), on the same cluster, a plain client (no client-side limit, ``--pace-threads`` concurrent
+  requests, a ServiceAccount user like the operator, so the same API Priority and Fairness level) creates
+  the same MPIJobs and children in the namespace ``pace``; the operator's time until every child exists
+  is printed as a ratio to the mean of the two (the machine's speed drifts during a run);
+- a CPU probe and the load average before and after; with ``--profile FILE``, py-spy's samples of the
+  operator threads holding the GIL;
 - with ``--load N``: N threads of a second ServiceAccount client load the API server during the operator's
   run (cluster-wide pod lists, ConfigMap creates and deletes), by default on an API server with a small
   ``--max-requests-inflight`` so that the load saturates it; the 429s each client got are printed, and
@@ -457,7 +460,10 @@ def main() -> int:
     )
     parser.add_argument("--save", type=Path, help="write the figures as JSON here")
     parser.add_argument("--compare", type=Path, help="print growth against a --save'd run")
-    parser.add_argument("--profile", help="write py-spy's on-CPU samples of the operator here (raw format)")
+    parser.add_argument(
+        "--profile",
+        help="write py-spy's samples of the operator threads holding the GIL here (raw format; needs py-spy)",
+    )
     args = parser.parse_args()
     # SIGTERM too stops the cluster and the operator (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

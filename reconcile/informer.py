@@ -139,11 +139,11 @@ def _meta_but_version(meta: Mapping[str, Any]) -> dict[str, Any]:
 def same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether two versions of an object differ in nothing but ``resourceVersion`` and managedFields'
     ``time``."""
-    if old.keys() != new.keys() or any(old[k] != new[k] for k in old if k != "metadata"):
-        return False
     om, nm = old.get("metadata") or {}, new.get("metadata") or {}
     if om.get("resourceVersion") == nm.get("resourceVersion"):
-        return True
+        return True  # the same version (our own write, seen again on the watch): nothing to compare
+    if old.keys() != new.keys() or any(old[k] != new[k] for k in old if k != "metadata"):
+        return False
     return _meta_but_version(om) == _meta_but_version(nm)
 
 

@@ -1,4 +1,4 @@
-"""`mpijob-render --plan NAME`: what the operator would do now for a live MPIJob, read-only.
+"""`mpijob plan NAME`: what the operator would do now for a live MPIJob, read-only.
 
 It reads the MPIJob and its children from the API server (GET and LIST only), and prints what the
 operator's own ``decide`` makes of them: creates, patches with their JSON patches, deletes, conflicts
@@ -37,8 +37,10 @@ from reconcile.runtime.kube import (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mpijob-render --plan", description=__doc__, allow_abbrev=False)
+def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description=__doc__, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("name", help="the MPIJob: NAME or NAMESPACE/NAME")
     p.add_argument(
         "-n", "--namespace", default="", help="its namespace (default: the kubeconfig's, else default)"
@@ -109,8 +111,8 @@ def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.C
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
+    args = _parser(prog).parse_args(argv)
     namespace, _, name = args.name.rpartition("/")
     try:
         client = api_client(args.kubeconfig, "")

@@ -51,7 +51,7 @@ def _controllers() -> list[Controller]:
     ]
 
 
-# Run by users with their own credentials (mpijob-render --plan), never by the operator's ServiceAccount.
+# Run by users with their own credentials (mpijob plan), never by the operator's ServiceAccount.
 USER_TOOLS = frozenset({"plan_command.py", "cli.py"})
 
 

@@ -39,7 +39,10 @@ from reconcile.runtime.kube import (
 
 def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog, description=__doc__, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog,
+        description=__doc__,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", help="the MPIJob: NAME or NAMESPACE/NAME")
     p.add_argument(

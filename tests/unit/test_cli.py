@@ -106,7 +106,9 @@ def test_errors_in_a_stream_name_their_job():
 
 
 def _mpijob(*args: str, argv0: str = "mpijob") -> subprocess.CompletedProcess:
-    code = f"import sys; sys.argv[0] = {argv0!r}\nfrom reconcile.cli import main\nsys.exit(main(sys.argv[1:]))"  # noqa: E501
+    code = (
+        f"import sys; sys.argv[0] = {argv0!r}\nfrom reconcile.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
 
 

@@ -1,5 +1,6 @@
 """The import architecture: no import cycles, and the layering rules in pyproject.toml's import-linter
-contracts (render imports nothing from reconcile; the engine and the runtime know nothing about MPI)."""
+contracts (render imports nothing from reconcile; neither imports localcluster, which the wheel leaves
+out; the engine and the runtime know nothing about MPI)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import grimp
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("render", "reconcile", "localcluster")
-CONTRACTS = ("acyclic", "render-pure", "engine-generic", "runtime-generic")
+CONTRACTS = ("acyclic", "render-pure", "wheel-self-contained", "engine-generic", "runtime-generic")
 
 
 def _lint_imports(cwd: Path, config: Path) -> subprocess.CompletedProcess[str]:
@@ -75,7 +76,7 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
             "render/__init__.py": "",
             "render/core.py": "from reconcile import main\n",
             "reconcile/__init__.py": "",
-            "reconcile/main.py": "",
+            "reconcile/main.py": "import localcluster.cluster\n",
             "reconcile/engine/__init__.py": "",
             "reconcile/engine/executor.py": "from reconcile.mpijob import controller\n",
             "reconcile/mpijob/__init__.py": "",
@@ -94,6 +95,7 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
     assert f"Contracts: 0 kept, {len(CONTRACTS)} broken." in out
     assert "No cycles are allowed in localcluster." in out
     assert "render.core -> reconcile.main" in out
+    assert "reconcile.main -> localcluster.cluster" in out
     assert "reconcile.engine.executor -> reconcile.mpijob.controller" in out
     assert "reconcile.runtime.informer -> render.core" in out
 

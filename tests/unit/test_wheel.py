@@ -73,7 +73,7 @@ def test_the_console_scripts_point_into_the_wheel(repo_wheel: Path) -> None:
         parser = configparser.ConfigParser()
         parser.read_string(zf.read(entry_points).decode())
     scripts = dict(parser["console_scripts"])
-    assert set(scripts) == {"mpijob-operator", "mpijob-render"}
+    assert set(scripts) == {"mpijob-operator", "mpijob", "kubectl-mpijob", "mpijob-render"}
     for target in scripts.values():
         module = target.split(":")[0]
         assert f"{module.replace('.', '/')}.py" in names, target

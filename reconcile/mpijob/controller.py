@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 # A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
 SYNC_FAILURES_FOR_CONDITION = 3
 SYNC_FAILED = "SyncFailed"
+# A key waits this long after the first watch event of a burst before its sync (WorkQueue.add_event).
+EVENT_BATCH_SECONDS = 0.1
 
 
 class Controller:
@@ -84,6 +86,7 @@ class Controller:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
         writer: DynamicClient | None = None,
+        event_batch: float = EVENT_BATCH_SECONDS,
     ) -> None:
         self.kube = kube
         self.config = config
@@ -92,6 +95,7 @@ class Controller:
         self.namespace = namespace or None
         self.threadiness = threadiness
         self.field_manager = field_manager
+        self.event_batch = event_batch
         self._now = now
         self.queue = WorkQueue(
             controller_rate_limiter(queue_qps, queue_burst), on_depth=metrics.queue_depth.set
@@ -146,7 +150,7 @@ class Controller:
     def _on_mpijob(self, event: str, old: dict | None, new: dict | None) -> None:
         obj = new if new is not None else old
         if obj is not None:
-            self.queue.add_event(key_of(obj))
+            self.queue.add_event(key_of(obj), self.event_batch)
 
     def _on_child(self, event: str, old: dict | None, new: dict | None) -> None:
         for obj in (old, new):
@@ -154,7 +158,7 @@ class Controller:
                 continue
             key = self.owner_key(obj)
             if key is not None:
-                self.queue.add_event(key)
+                self.queue.add_event(key, self.event_batch)
 
     def owner_key(self, obj: Mapping[str, Any]) -> str | None:
         """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""
@@ -333,7 +337,7 @@ class Controller:
         """The job's live children from the caches (plus names held by objects our watches cannot see, read
         from the API server) and, for a Secret not created yet, fresh key material."""
         try:
-            job = render.parse_mpijob(obj)
+            job, memory = memory.job(obj)
         except render.ValidationError:
             return [], memory
         children = self.children_of(job)

@@ -140,7 +140,7 @@ def decide(
     if meta.get("deletionTimestamp") or is_managed_externally(mpijob):
         return Decision(Action.IGNORE, memory)
     try:
-        job = render.parse_mpijob(mpijob)
+        job, memory = memory.job(mpijob)
     except render.ValidationError:
         new = render.status(mpijob, render.Observed.from_objects((), now=now), config)
         old = dict(mpijob.get("status") or {})
@@ -163,7 +163,8 @@ def decide(
             "status": {k: v for k, v in (clear.get("status") or {}).items() if k != "startTime"},
         }
         live = [cleared if o is clear else o for o in live]
-    the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager)
+    the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager, converged=memory.converged)
+    memory = attrs.evolve(memory, converged=the_plan.converged)
 
     hostfile_held, since = _hold(memory.hostfile_held_since, _only_hostfile(the_plan), now)
     memory = attrs.evolve(memory, hostfile_held_since=since)
@@ -192,7 +193,7 @@ def settle(
     config: render.Config,
 ) -> tuple[StatusDecision, JobMemory]:
     """The status from the world after this sync's writes (the caches hold them), and whether to write it."""
-    job = render.parse_mpijob(mpijob)
+    job, memory = memory.job(mpijob)
     new = render.status(job, _observed(children, memory, now), config)
     return settle_status(job, mpijob, new, memory, now)
 

@@ -64,7 +64,8 @@ def _quantity(value: Any) -> Decimal | None:
         return None
     try:
         # str() first: Decimal(0.1) would carry the binary float error into the comparison.
-        return parse_quantity(str(value) if isinstance(value, float) else value)
+        quantity: Decimal = parse_quantity(str(value) if isinstance(value, float) else value)
+        return quantity
     except ValueError:
         return None
 
@@ -82,7 +83,7 @@ def scalar_equal(desired: Any, live: Any, path: Sequence[str] = ()) -> bool:
         if d is not None and l_ is not None:
             return d == l_
     if _is_number(desired) and _is_number(live):
-        return desired == live
+        return bool(desired == live)
     return type(desired) is type(live) and desired == live
 
 
@@ -123,7 +124,7 @@ def mask(desired: Any, live: Any, path: tuple[str, ...] = ()) -> Any:
 def _mask_list(desired: list[Any], live: list[Any], path: tuple[str, ...]) -> list[Any]:
     ltype = list_type(path)
     if ltype.kind == "map":
-        by_key = {}
+        by_key: dict[tuple[Any, ...] | None, Any] = {}
         for item in live:
             by_key.setdefault(item_key(item, ltype.keys), item)
         out = []
@@ -165,7 +166,7 @@ def drop_nulls(value: Any) -> Any:
 
 def normalise_desired(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Desired object in the form the server stores: no nulls, Secret ``stringData`` folded into ``data``."""
-    out = drop_nulls(obj)
+    out: dict[str, Any] = drop_nulls(obj)
     if out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and out.get("stringData"):
         data = dict(out.get("data") or {})
         for key, text in out.pop("stringData").items():

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from kubernetes.dynamic import DynamicClient
 
 import render
 from reconcile.engine import managedfields
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
+from reconcile.engine.writer import DynamicWriter, Writer
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import (
     Action,
@@ -85,7 +85,7 @@ class Controller:
         queue_burst: int = 100,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
-        writer: DynamicClient | None = None,
+        writer: Writer | None = None,
         event_batch: float = EVENT_BATCH_SECONDS,
     ) -> None:
         self.kube = kube
@@ -126,7 +126,7 @@ class Controller:
         for inf in self.children.values():
             inf.add_handler(self._on_child)
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
-        self._client: DynamicClient | None = writer
+        self._writer: Writer | None = writer
         self._workers: list[threading.Thread] = []
         # key -> everything its syncs remember (reconcile.mpijob.memory): the only state between syncs
         self._memory: dict[str, JobMemory] = {}
@@ -354,13 +354,17 @@ class Controller:
             self._clear_launcher_start_time(decision.clear_start_time)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
-        result = execute(
-            the_plan,
-            self._executor_client() if the_plan else self.kube.api_client,
-            self.field_manager,
-            owner_description="MPIJob",
-            create_rules=CREATE_RULES,
-            on_done=self._read_back,
+        result = (
+            execute(
+                the_plan,
+                self._executor_writer(),
+                self.field_manager,
+                owner_description="MPIJob",
+                create_rules=CREATE_RULES,
+                on_done=self._read_back,
+            )
+            if the_plan
+            else ExecResult()
         )
         self._after_execute(obj, the_plan, result)
         memory = remember(decision.memory, the_plan, result)
@@ -404,10 +408,10 @@ class Controller:
             if err.status not in (404, 409):
                 raise
 
-    def _executor_client(self) -> DynamicClient:
-        if self._client is None:
-            self._client = static_client(self.kube.api_client)
-        return self._client
+    def _executor_writer(self) -> Writer:
+        if self._writer is None:
+            self._writer = DynamicWriter(static_client(self.kube.api_client))
+        return self._writer
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
@@ -491,7 +495,7 @@ class Controller:
         ):
             self.metrics.jobs_failed.inc()
 
-    def _clear_launcher_start_time(self, target: dict[str, Any]) -> None:
+    def _clear_launcher_start_time(self, target: Mapping[str, Any]) -> None:
         """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
         meta = target["metadata"]
         log.info("clearing the launcher Job's startTime to resume", extra={"job": meta["name"]})

@@ -74,7 +74,7 @@ class Decision:
     plan: Plan = attrs.field(factory=Plan)
     # The live launcher Job whose status.startTime must be cleared before the plan (a resume: the template
     # of a Job that ever started is immutable).
-    clear_start_time: dict[str, Any] | None = None
+    clear_start_time: Mapping[str, Any] | None = None
     # A plan that only rewrites the hostfile, held back: written by the sync at the hold's end.
     hostfile_held: bool = False
     hostfile_wake: float | None = None

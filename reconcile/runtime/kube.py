@@ -100,7 +100,7 @@ def resource_for(obj_or_api_version: Mapping[str, Any] | str, kind: str | None =
     else:
         api_version = obj_or_api_version
     try:
-        return _BY_TYPE[(api_version, kind)]
+        return _BY_TYPE[(api_version, kind or "")]
     except KeyError:
         raise KeyError(f"unknown resource {api_version} {kind}") from None
 

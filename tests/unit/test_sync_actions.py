@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 import render
+from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.controller import Controller, SyncError
 from reconcile.mpijob.decide import COALESCE_SECONDS, QUIET_SECONDS, decide, settle_status
 from reconcile.mpijob.memory import JobMemory
@@ -182,7 +183,7 @@ def _controller(kube: FakeKube, config: render.Config, now_text: str) -> tuple[C
         metrics=Metrics(),
         recorder=EventRecorder(kube),
         now=lambda: parse_time(now_text),
-        writer=writer,  # type: ignore[arg-type]
+        writer=DynamicWriter(writer),
     )
     return c, writer
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from reconcile.engine.managedfields import NOTHING, owned_by, select, without
 from reconcile.engine.plan import Conflict, Converged, Create, Delete, ObjectKey, Patch, Plan, Wait
@@ -58,8 +59,11 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
 
 def digest(obj: Mapping[str, Any]) -> bytes:
     """A digest of a desired object as rendered (JSON, keys sorted: the same object gives the same digest)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    try:
+        text = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:  # what orjson refuses (an integer beyond 64 bits): the standard library's form
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def plan(

@@ -20,7 +20,7 @@ import render
 from reconcile.engine import managedfields
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
-from reconcile.engine.writer import DynamicWriter, Writer
+from reconcile.engine.writer import Writer
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import (
     Action,
@@ -36,7 +36,6 @@ from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, podgroup_resource
 from reconcile.mpijob.syncstate import condition_true, status_changed
 from reconcile.runtime import events as ev
-from reconcile.runtime.discovery import static_client
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.fence import NotLeader
 from reconcile.runtime.informer import Informer, controller_ref, key_of
@@ -54,6 +53,7 @@ from reconcile.runtime.kube import (
     Resource,
     resource_for,
 )
+from reconcile.runtime.kubewriter import KubeWriter
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
@@ -410,7 +410,7 @@ class Controller:
 
     def _executor_writer(self) -> Writer:
         if self._writer is None:
-            self._writer = DynamicWriter(static_client(self.kube.api_client))
+            self._writer = KubeWriter(self.kube)
         return self._writer
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:

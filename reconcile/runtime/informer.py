@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from reconcile.engine import managedfields
 from reconcile.runtime.kube import ApiError, Kube, Resource
 
@@ -317,7 +319,7 @@ class Informer:
             for line in lines:
                 if self._stop.is_set():
                     return
-                self._handle(json.loads(line))
+                self._handle(orjson.loads(line))
         finally:
             self._stream = None
 

@@ -135,6 +135,8 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
     # a module-level importorskip / skip(allow_module_level=True) skips a whole file at collection
     if _in_ci() and report.skipped:
         _ci_skipped.append(report.nodeid or "<collection>")
+    elif _in_ci() and report.failed:  # pytest fails the run for it too; named here with the skips
+        _ci_skipped.append(f"{report.nodeid or '<collection>'} (a collection error)")
 
 
 # -- every operator a test started ---------------------------------------------------------------------

@@ -88,6 +88,11 @@ def scalar_equal(desired: Any, live: Any, path: Sequence[str] = ()) -> bool:
 
 def strict_equal(a: Any, b: Any) -> bool:
     """Structural equality that, unlike ``==``, tells ``True`` from ``1`` and ``1`` from ``1.0``."""
+    ta, tb = type(a), type(b)
+    if ta is str or ta is bool or ta is int or ta is float or ta is type(None):  # the common leaves first
+        return ta is tb and a == b
+    if ta is dict and tb is dict:
+        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -142,6 +147,13 @@ def holds(desired: Any, live: Any) -> bool:
 
 def drop_nulls(value: Any) -> Any:
     """A deep copy without ``None`` map values: the API server never stores them."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float:  # immutable: no copy, no ABC check
+        return value
+    if kind is dict:
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if kind is list:
+        return [drop_nulls(v) for v in value]
     if isinstance(value, Mapping):
         return {k: drop_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):

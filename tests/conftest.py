@@ -154,6 +154,7 @@ def _operator_problems() -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    __tracebackhide__ = True
     result = yield  # a failed test raises here: its own failure is the report, the teardown check follows
     if found := _operator_problems():
         raise OperatorFailed(found)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
+from urllib3.exceptions import HTTPError
 
 import render
 from reconcile.engine import managedfields
@@ -239,7 +240,8 @@ class Controller:
                 self.queue.add_rate_limited(key)
         except Exception as err:
             result = "error"
-            if isinstance(err, (ApiError, SyncError)):
+            # expected ones (HTTPError, OSError: the API server is unreachable) without a traceback
+            if isinstance(err, (ApiError, SyncError, HTTPError, OSError)):
                 log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
             else:
                 log.exception("sync failed, requeued", extra={"key": key})

@@ -441,7 +441,8 @@ def kq(
     operator: OperatorRunner,
     request: pytest.FixtureRequest,
 ) -> Iterator[KueueE2E]:
-    if not operator.alive():
+    if not operator.alive():  # its death failed the test during which it died (tests/conftest.py)
+        operator.check()  # raises if that was not told yet
         operator.start()
     if not kueue.alive():
         raise RuntimeError(f"kueue died:\n{kueue.log_tail()}")

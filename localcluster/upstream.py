@@ -8,18 +8,25 @@ process's lifetime (a second caller waits for it).
 
 from __future__ import annotations
 
+import copy
 import fcntl
+import json
 import os
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import yaml
 
 from localcluster.binaries import BUILD_SCRIPT, BinariesMissing
 from localcluster.processes import Proc, spawn
 
+MODULE = "github.com/kubeflow/mpi-operator"
+USER = "system:serviceaccount:up-system:upstream-mpi-operator"
+ROLE = "upstream-mpi-operator"  # its ClusterRole, renamed: ours is "mpi-operator" too
 HEALTH_PORT = 8080  # hard-coded upstream
 PORT_LOCK = Path("/tmp/mpijob-upstream-operator-8080.lock")
 READY_LINE = "Started workers"  # logged once the leader's caches are synced and its workers run
@@ -40,6 +47,43 @@ def find_upstream_dir() -> Path:
     if not os.access(out / "bin" / "mpi-operator", os.X_OK):
         raise BinariesMissing(f"{out} lacks bin/mpi-operator; rerun {BUILD_SCRIPT}")
     return out
+
+
+def version() -> str:
+    for line in (BUILD_SCRIPT.parent / "versions.env").read_text().splitlines():
+        if line.startswith("UPSTREAM_MPI_OPERATOR_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise RuntimeError("deploy/local/versions.env has no UPSTREAM_MPI_OPERATOR_VERSION")
+
+
+def module_dir() -> Path:
+    """Upstream's released module in the Go module cache (the build downloaded it: no network then)."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{version()}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+        check=False,
+    )
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "Dir" not in info:
+        raise BinariesMissing(f"go mod download {MODULE} failed: {info.get('Error') or out.stderr.strip()}")
+    return Path(info["Dir"])
+
+
+def rbac(user: str = USER) -> list[dict[str, Any]]:
+    """Upstream's own ClusterRole (manifests/base) as `ROLE`, bound to `user`: what its install grants."""
+    role = copy.deepcopy(yaml.safe_load((module_dir() / "manifests/base/cluster-role.yaml").read_text()))
+    role["metadata"] = {"name": ROLE}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    return [role, binding]
 
 
 class UpstreamOperator:

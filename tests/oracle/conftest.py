@@ -15,33 +15,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from localcluster import ClusterSpec, LocalCluster
+from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from localcluster.upstream import UpstreamOperator
 from reconcile.kube import Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import REPO, kubectl, operator_runner
 from tests.oracle.compare import Ledger, load_entries
 from tests.oracle.support import OUR_NS, UP_NS, Oracle
-from tests.upstream_source import upstream_dir
-
-UP_USER = "system:serviceaccount:up-system:upstream-mpi-operator"
-UP_ROLE = "upstream-mpi-operator"
-
-
-def upstream_rbac() -> list[dict]:
-    """Upstream's own ClusterRole (manifests/base), renamed beside ours, bound to UP_USER."""
-    role = yaml.safe_load((upstream_dir() / "manifests/base/cluster-role.yaml").read_text())
-    role["metadata"] = {"name": UP_ROLE}
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": UP_ROLE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": UP_ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": UP_USER}],
-    }
-    return [role, binding]
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +35,7 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
         rbac = work / "upstream-rbac.yaml"
-        rbac.write_text(yaml.safe_dump_all(upstream_rbac()))
+        rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
         kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
         with contextlib.closing(cluster.api_client()) as api:
             wait_for_crds(api, ["mpijobs.kubeflow.org"])
@@ -64,17 +45,17 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 wait_for_default_service_account(core, ns)
         ours: OperatorRunner = operator_runner(cluster, work / "ours.log")
         ours.flags = (f"--namespace={OUR_NS}",)
-        upstream = UpstreamOperator(
-            cluster.write_user_kubeconfig(UP_USER),
+        theirs = upstream.UpstreamOperator(
+            cluster.write_user_kubeconfig(upstream.USER),
             work / "upstream.log",
             UP_NS,
             "--kube-api-qps=100",
             "--kube-api-burst=200",
         )
-        with ours, upstream:
+        with ours, theirs:
             api = cluster.api_client()
             try:
-                yield Oracle(cluster, Kube(api, qps=0), ours, upstream, Ledger(load_entries()))
+                yield Oracle(cluster, Kube(api, qps=0), ours, theirs, Ledger(load_entries()))
             finally:
                 api.close()
     finally:

@@ -7,10 +7,13 @@ Normalization (`normalize`), the same for both operators' objects:
   counts and its conditions' type/status/reason; the values of a Secret's data (random keys);
 - every string: each namespace name becomes `NS`, a UUID `<uid>`, a generated pod-name suffix `-*`;
 - timestamps within one object are replaced by their rank in that object (`t0` earliest), so order
-  survives and clock values do not; a deletionTimestamp is only `set`.
+  survives and clock values do not; timestamps less than TIE seconds apart (chained) share a rank, as
+  the two operators' clocks tick through the same second boundaries at different moments; a
+  deletionTimestamp is only `set`.
 
 Paths (`flatten`): dotted map keys; a list of maps that all carry `name` (or `type`, for conditions) is
-keyed `[that]`, other lists by index; an object only one side has is the path `(object)`.
+keyed `[that]` (their order is then not compared, except for conditions: `conditions(order)` lists the
+types in order), other lists by index; an object only one side has is the path `(object)`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import copy
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 # A pod name the Job controller generated: <launcher job name>-<5 characters of its alphabet>.
 _POD_SUFFIX = re.compile(r"(-launcher)-[bcdfghjklmnpqrstvwxz2456789]{5}\b")
 ABSENT = "<absent>"
+TIE = 2.0
 
 
 def _strings(value: Any, fn: Any) -> Any:
@@ -95,9 +100,18 @@ def normalize(obj: Mapping[str, Any], namespaces: Iterable[str]) -> dict[str, An
 
     stamps: set[str] = set()
     _times(obj, stamps)
-    rank = {t: f"t{i}" for i, t in enumerate(sorted(stamps))}
+    rank: dict[str, str] = {}
+    i, prev = -1, None
+    for when, text in sorted((_parse(t), t) for t in stamps):
+        if prev is None or (when - prev).total_seconds() >= TIE:
+            i += 1
+        rank[text], prev = f"t{i}", when
     obj = _strings(obj, lambda s: rank.get(s, s))
     return dict(_strings(obj, scrub))
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _list_key(items: list[Any]) -> str | None:
@@ -116,6 +130,8 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(value, list) and value:
         key = _list_key(value)
+        if key == "type":
+            out[f"{prefix}(order)"] = [item["type"] for item in value]
         for i, item in enumerate(value):
             out.update(flatten(item, f"{prefix}[{item[key] if key else i}]"))
     else:

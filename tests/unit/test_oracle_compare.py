@@ -54,6 +54,8 @@ def test_timestamps_become_their_rank_within_the_object() -> None:
     assert normalize(job, NS)["status"] == {"startTime": "t0", "completionTime": "t1"}
     job["status"]["completionTime"] = "2025-01-01T00:00:01Z"
     assert normalize(job, NS)["status"] == {"startTime": "t1", "completionTime": "t0"}
+    job["status"]["completionTime"] = "2025-01-01T00:00:06Z"  # within a tick of each other: one rank
+    assert normalize(job, NS)["status"] == {"startTime": "t0", "completionTime": "t0"}
 
 
 def test_flatten_keys_lists_by_name_or_type() -> None:
@@ -65,6 +67,7 @@ def test_flatten_keys_lists_by_name_or_type() -> None:
     assert flatten(obj) == {
         "env[A].name": "A",
         "env[A].value": "1",
+        "conditions(order)": ["Ready"],
         "conditions[Ready].type": "Ready",
         "conditions[Ready].status": "True",
         "x[0]": 3,

@@ -10,6 +10,8 @@ each side's normalized objects stop changing.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,6 +30,7 @@ SIDES = (UP_NS, OUR_NS)
 KINDS = (MPIJOB, SERVICE, CONFIGMAP, SECRET, JOB, POD)
 KNOB = "localcluster.mpijob.dev/"
 HOLD = {f"{KNOB}hold": "true"}
+DUMP_ENV = "MPIJOB_ORACLE_DUMP"  # a file: every observed difference appended as JSON lines (for the list)
 QUIET = 3.0  # seconds without a change on either side: settled
 POLL = 0.5
 
@@ -173,6 +176,10 @@ class Oracle:
     ) -> list[Difference]:
         """Diff the settled snapshots; fail with a per-field report on what the list does not explain."""
         differences = diff(step, snapshots[0], snapshots[1], jobs)
+        if os.environ.get(DUMP_ENV):
+            with open(os.environ[DUMP_ENV], "a") as out:
+                for d in differences:
+                    out.write(json.dumps(attrs.asdict(d), default=str) + "\n")
         unexplained = self.ledger.check(differences, [step])
         assert not unexplained, report(unexplained)
         return differences

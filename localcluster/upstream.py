@@ -74,7 +74,8 @@ def module_dir() -> Path:
 
 def rbac(user: str = USER) -> list[dict[str, Any]]:
     """Upstream's own ClusterRole (manifests/base) as `ROLE`, bound to `user`: what its install grants."""
-    role = copy.deepcopy(yaml.safe_load((module_dir() / "manifests/base/cluster-role.yaml").read_text()))
+    docs = yaml.safe_load_all((module_dir() / "manifests/base/cluster-role.yaml").read_text())
+    role = copy.deepcopy(next(d for d in docs if d and d["metadata"]["name"] == "mpi-operator"))
     role["metadata"] = {"name": ROLE}
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -205,8 +205,8 @@ def diff(step: str, upstream: Snapshot, ours: Snapshot, jobs: Iterable[str]) -> 
 @attrs.frozen
 class Entry:
     id: str
-    kind: str
-    path: str
+    kinds: tuple[str, ...]
+    paths: tuple[str, ...]
     steps: tuple[str, ...]
     jobs: tuple[str, ...]
     upstream: str
@@ -215,8 +215,8 @@ class Entry:
 
     def matches(self, d: Difference) -> bool:
         return (
-            fnmatch.fnmatchcase(d.kind, self.kind)
-            and fnmatch.fnmatchcase(d.path, self.path)
+            any(fnmatch.fnmatchcase(d.kind, k) for k in self.kinds)
+            and any(fnmatch.fnmatchcase(d.path, p) for p in self.paths)
             and any(fnmatch.fnmatchcase(d.step, s) for s in self.steps)
             and any(fnmatch.fnmatchcase(d.job, j) for j in self.jobs)
         )
@@ -245,19 +245,20 @@ def load_entries(path: Path = DIFFERENCES) -> list[Entry]:
         if raw["id"] in seen:
             raise ValueError(f"{where}: duplicate id {raw['id']}")
         seen.add(raw["id"])
-        steps = raw["steps"]
-        jobs = raw.get("jobs", ["*"])
-        if not (isinstance(steps, list) and all(isinstance(s, str) for s in steps)):
-            raise ValueError(f"{where} ({raw['id']}).steps: a list of step patterns")
-        if not (isinstance(jobs, list) and all(isinstance(s, str) for s in jobs)):
-            raise ValueError(f"{where} ({raw['id']}).jobs: a list of job-name patterns")
+        patterns = {}
+        for field in ("kind", "path", "steps", "jobs"):
+            value = raw.get(field, ["*"])
+            value = [value] if isinstance(value, str) and field in ("kind", "path") else value
+            if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+                raise ValueError(f"{where} ({raw['id']}).{field}: a pattern or a list of patterns")
+            patterns[field] = tuple(value)
         entries.append(
             Entry(
                 id=str(raw["id"]),
-                kind=str(raw["kind"]),
-                path=str(raw["path"]),
-                steps=tuple(steps),
-                jobs=tuple(jobs),
+                kinds=patterns["kind"],
+                paths=patterns["path"],
+                steps=patterns["steps"],
+                jobs=patterns["jobs"],
                 upstream=str(raw["upstream"]).strip(),
                 ours=str(raw["ours"]).strip(),
                 why=str(raw["why"]).strip(),

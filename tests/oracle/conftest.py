@@ -17,6 +17,7 @@ from kubernetes import client
 
 from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.nodes import DEFAULT_CAPACITY
 from localcluster.operator import OperatorRunner
 from reconcile.kube import Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
@@ -24,13 +25,17 @@ from tests.e2e.support import REPO, kubectl, operator_runner
 from tests.oracle.compare import Ledger, load_entries
 from tests.oracle.support import OUR_NS, UP_NS, Oracle
 
+# Room for every input's pods on both sides at once (the inputs ask for up to 2 cpus a pod).
+CAPACITY = {**DEFAULT_CAPACITY, "cpu": "512", "memory": "4Ti"}
+PRIORITY_CLASSES = {"high": 1000, "low": 10}
+
 
 @pytest.fixture(scope="session")
 def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oracle]:
     if _skip_cluster(request.config):
         pytest.skip(f"--skip-cluster or {SKIP_ENV}=1 given")
     work = tmp_path_factory.mktemp("oracle")
-    cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=work / "cluster")
+    cluster = LocalCluster(ClusterSpec(tier="l2", nodes=4, node_capacity=CAPACITY), work_dir=work / "cluster")
     cluster.start()
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
@@ -40,6 +45,10 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         with contextlib.closing(cluster.api_client()) as api:
             wait_for_crds(api, ["mpijobs.kubeflow.org"])
             core = client.CoreV1Api(api)
+            for name, value in PRIORITY_CLASSES.items():  # the ones the inputs name
+                client.SchedulingV1Api(api).create_priority_class(
+                    {"metadata": {"name": name}, "value": value, "globalDefault": False}
+                )
             for ns in (UP_NS, OUR_NS):
                 core.create_namespace({"metadata": {"name": ns}})
                 wait_for_default_service_account(core, ns)

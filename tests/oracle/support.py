@@ -30,7 +30,10 @@ SIDES = (UP_NS, OUR_NS)
 KINDS = (MPIJOB, SERVICE, CONFIGMAP, SECRET, JOB, POD)
 KNOB = "localcluster.mpijob.dev/"
 HOLD = {f"{KNOB}hold": "true"}
-DUMP_ENV = "MPIJOB_ORACLE_DUMP"  # a file: every observed difference appended as JSON lines (for the list)
+# Authoring the list: every observed difference appended to this file as JSON lines, and no step fails
+# on one (the stale check still runs). Never set in CI (.ci/run refuses MPIJOB_SKIP_*, not this: the
+# tier's last test fails when it is set, see test_no_stale_entries).
+DUMP_ENV = "MPIJOB_ORACLE_DUMP"
 QUIET = 3.0  # seconds without a change on either side: settled
 POLL = 0.5
 
@@ -181,7 +184,7 @@ class Oracle:
                 for d in differences:
                     out.write(json.dumps(attrs.asdict(d), default=str) + "\n")
         unexplained = self.ledger.check(differences, [step])
-        assert not unexplained, report(unexplained)
+        assert os.environ.get(DUMP_ENV) or not unexplained, report(unexplained)
         return differences
 
     def step(

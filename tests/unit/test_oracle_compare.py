@@ -122,6 +122,7 @@ def test_ledger_explains_matches_and_finds_stale_entries(tmp_path: Path) -> None
         (ENTRY.replace("  why: because\n", ""), "cm-data): missing why"),
         (ENTRY + ENTRY.split("differences:\n")[1], "duplicate id cm-data"),
         (ENTRY.replace('["s/*"]', '"s/*"'), "(cm-data).steps"),
+        (ENTRY.replace("kind: ConfigMap", "kind: [1]"), "(cm-data).kind"),
         (ENTRY + "  colour: red\n", "unknown fields ['colour']"),
     ],
 )

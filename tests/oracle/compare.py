@@ -5,7 +5,8 @@ Normalization (`normalize`), the same for both operators' objects:
 - dropped: uid, resourceVersion, managedFields, creationTimestamp, generation, selfLink and every
   ownerReference's uid; a Pod's nodeName and all of its status but the phase; a Job's status but its
   counts and its conditions' type/status/reason; the values of a Secret's data (random keys);
-- every string: each namespace name becomes `NS`, a UUID `<uid>`, a generated pod-name suffix `-*`;
+- every string: each namespace name becomes `NS`, a UUID `<uid>`, a generated suffix `-*` (launcher pod
+  names, the service-account token volume's name);
 - timestamps within one object are replaced by their rank in that object (`t0` earliest), so order
   survives and clock values do not; timestamps less than TIE seconds apart (chained) share a rank, as
   the two operators' clocks tick through the same second boundaries at different moments; a
@@ -19,7 +20,7 @@ types in order), other lists by index; an object only one side has is the path `
 from __future__ import annotations
 
 import copy
-import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -36,7 +37,7 @@ ENTRY_FIELDS = ("id", "kind", "path", "steps", "upstream", "ours", "why")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 # A pod name the Job controller generated: <launcher job name>-<5 characters of its alphabet>.
-_POD_SUFFIX = re.compile(r"(-launcher)-[bcdfghjklmnpqrstvwxz2456789]{5}\b")
+_POD_SUFFIX = re.compile(r"(-launcher|kube-api-access)-[bcdfghjklmnpqrstvwxz2456789]{5}\b")
 ABSENT = "<absent>"
 TIE = 2.0
 
@@ -202,6 +203,16 @@ def diff(step: str, upstream: Snapshot, ours: Snapshot, jobs: Iterable[str]) -> 
 
 
 # -- the difference list ---------------------------------------------------------------------------------
+def glob(pattern: str, text: str) -> bool:
+    """`*` matches anything (also dots and brackets); every other character only itself."""
+    return _glob(pattern).fullmatch(text) is not None
+
+
+@functools.cache
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
 @attrs.frozen
 class Entry:
     id: str
@@ -212,17 +223,20 @@ class Entry:
     upstream: str
     ours: str
     why: str
+    # A difference of timing (which of two moments less than a tick apart came first): explained when
+    # seen, never stale when a run happens not to show it.
+    timing: bool = False
 
     def matches(self, d: Difference) -> bool:
         return (
-            any(fnmatch.fnmatchcase(d.kind, k) for k in self.kinds)
-            and any(fnmatch.fnmatchcase(d.path, p) for p in self.paths)
-            and any(fnmatch.fnmatchcase(d.step, s) for s in self.steps)
-            and any(fnmatch.fnmatchcase(d.job, j) for j in self.jobs)
+            any(glob(k, d.kind) for k in self.kinds)
+            and any(glob(p, d.path) for p in self.paths)
+            and any(glob(s, d.step) for s in self.steps)
+            and any(glob(j, d.job) for j in self.jobs)
         )
 
     def could_match_step(self, step: str) -> bool:
-        return any(fnmatch.fnmatchcase(step, s) for s in self.steps)
+        return any(glob(s, step) for s in self.steps)
 
 
 def load_entries(path: Path = DIFFERENCES) -> list[Entry]:
@@ -239,7 +253,7 @@ def load_entries(path: Path = DIFFERENCES) -> list[Entry]:
         missing = [f for f in ENTRY_FIELDS if not raw.get(f)]
         if missing:
             raise ValueError(f"{where} ({raw.get('id', '?')}): missing {', '.join(missing)}")
-        unknown = set(raw) - {*ENTRY_FIELDS, "jobs"}
+        unknown = set(raw) - {*ENTRY_FIELDS, "jobs", "timing"}
         if unknown:
             raise ValueError(f"{where} ({raw['id']}): unknown fields {sorted(unknown)}")
         if raw["id"] in seen:
@@ -262,6 +276,7 @@ def load_entries(path: Path = DIFFERENCES) -> list[Entry]:
                 upstream=str(raw["upstream"]).strip(),
                 ours=str(raw["ours"]).strip(),
                 why=str(raw["why"]).strip(),
+                timing=bool(raw.get("timing", False)),
             )
         )
     return entries
@@ -291,7 +306,7 @@ class Ledger:
         return [
             e
             for e in self.entries
-            if e.id not in self.used and any(e.could_match_step(s) for s in self.steps_run)
+            if not e.timing and e.id not in self.used and any(e.could_match_step(s) for s in self.steps_run)
         ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +10,9 @@ import yaml
 
 from render import bounds, names
 from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
-from render.errors import FieldError, ValidationError
+from render.defaults import apply_defaults
+from render.errors import FieldError, ValidationError, quote
+from render.validation import validate
 from render.yamlio import Loader
 
 INT32_MAX = bounds.INT32_MAX
@@ -47,7 +49,10 @@ class Reader:
             return None
         return value
 
-    def bool(self, obj: Mapping[str, Any], key: str, path: str) -> bool | None:
+    # builtins.str: the method above shadows the name in this class's annotations
+    def bool(
+        self, obj: Mapping[builtins.str, Any], key: builtins.str, path: builtins.str
+    ) -> builtins.bool | None:
         value = obj.get(key)
         if value is None:
             return None
@@ -57,7 +62,12 @@ class Reader:
         return value
 
     def int(
-        self, obj: Mapping[str, Any], key: str, path: str, maximum: int = INT32_MAX, bits: int = 32
+        self,
+        obj: Mapping[builtins.str, Any],
+        key: builtins.str,
+        path: builtins.str,
+        maximum: int = INT32_MAX,
+        bits: int = 32,
     ) -> int | None:
         """An integer of a `bits`-wide type whose meaning allows at most `maximum`."""
         value = obj.get(key)
@@ -75,14 +85,6 @@ class Reader:
             self.error(path, f"Invalid value: {value}: must be less than or equal to {maximum}")
             return None
         return value
-
-
-def quote(value: object) -> str:
-    """A value as Kubernetes quotes it in error messages (control characters escaped: one line)."""
-    try:
-        return json.dumps(value, default=str)
-    except (ValueError, RecursionError):  # NaN is fine; only cycles and absurd nesting land here
-        return json.dumps(repr(value)[:200])
 
 
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
@@ -260,9 +262,6 @@ def load_yaml(text: str) -> object:
 
 def parse_mpijob(obj: object) -> MPIJob:
     """Parse, apply defaults and validate; raises ValidationError listing every problem."""
-    from render.defaults import apply_defaults
-    from render.validation import validate
-
     if isinstance(obj, MPIJob):
         return obj
     job, errors = read_mpijob(obj)

@@ -19,7 +19,7 @@ from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.nodes import DEFAULT_CAPACITY
 from localcluster.operator import OperatorRunner
-from reconcile.kube import Kube
+from reconcile.runtime.kube import Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import REPO, kubectl, operator_runner
 from tests.oracle.compare import Ledger, load_entries

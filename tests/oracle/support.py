@@ -21,7 +21,7 @@ import attrs
 from localcluster import LocalCluster
 from localcluster.operator import OperatorRunner
 from localcluster.upstream import UpstreamOperator
-from reconcile.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
+from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
 from tests.oracle.compare import Difference, Ledger, Snapshot, diff, job_of, normalize, report
 
 UP_NS = "up-ns"

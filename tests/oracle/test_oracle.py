@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconcile.kube import CONFIGMAP, MPIJOB, POD
+from reconcile.runtime.kube import CONFIGMAP, MPIJOB, POD
 from tests.oracle.inputs import REPO, all_inputs
 from tests.oracle.support import DUMP_ENV, HOLD, KNOB, Oracle, has_condition, pods, running
 

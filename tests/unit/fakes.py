@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from reconcile.kube import ApiError, Kube, Resource
+from reconcile.runtime.kube import ApiError, Kube, Resource
 
 
 class FakeKube:
@@ -60,6 +60,12 @@ class FakeKube:
         obj = self._bump(json.loads(json.dumps(body)))
         self.objects[key] = obj
         return json.loads(json.dumps(obj))
+
+    def delete(self, res: Resource, namespace, name, *, uid=None):
+        self.calls.append(("delete", res.kind, name))
+        self._check("delete")
+        if self.objects.pop((res.plural, namespace or "", name), None) is None:
+            raise ApiError(404, "Not Found", json.dumps({"code": 404}))
 
     def patch(self, res: Resource, namespace, name, body, *, content_type="", subresource=None, **query):
         self.calls.append(("patch", res.kind, name))

@@ -1,9 +1,8 @@
 """API resources without discovery: the operator knows every kind it writes (``reconcile.kube.KNOWN``).
 
 The executor's ``kubernetes`` DynamicClient discovers lazily by default: ~20 requests under the client's
-rate limit (and a cache file in /tmp) the first time a leader writes, which once put 8.8 s between a new
-leader's acquisition and its first write. With this discoverer it builds each path from the table at once,
-as client-go's typed clients do. A kind whose CRD is not installed answers its request with 404, which the
+rate limit (and a cache file in /tmp) the first time a leader writes, all before a new leader's first
+write. With this discoverer it builds each path from the table at once, as client-go's typed clients do. A kind whose CRD is not installed answers its request with 404, which the
 executor reports like any failed write (retried with back-off).
 """
 

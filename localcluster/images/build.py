@@ -197,8 +197,11 @@ def _chroot_build(lower: Path, upper: Path, input_dir: Path, script: str) -> Non
         merged, work = Path(tmp) / "merged", Path(tmp) / "work"
         merged.mkdir()
         work.mkdir()
+        # The host's pip settings (PIP_FIND_LINKS, ...) name host paths; inside the chroot they only
+        # make pip warn. The recipes pass pip what it needs.
+        host_env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env = dict(
-            os.environ,
+            host_env,
             LOWER=str(lower),
             UPPER=str(upper),
             WORKDIR=str(work),
@@ -429,8 +432,9 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
                 "python3 -m venv /opt/mpijob-operator\n"
                 "/opt/mpijob-operator/bin/pip install -q --no-index --find-links /tmp/build"
                 f" /tmp/build/{wheel.name}\n"
-                "groupadd --gid 65532 mpi-operator\n"
-                "useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
+                # -K: 65532 (distroless' nonroot) is above login.defs' range, which only makes them warn.
+                "groupadd -K GID_MAX=65534 --gid 65532 mpi-operator\n"
+                "useradd -K UID_MAX=65534 --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
                 " --shell /usr/sbin/nologin mpi-operator\n"
                 "find /opt/mpijob-operator -name __pycache__ -prune -exec rm -rf {} +\n"
             )

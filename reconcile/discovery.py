@@ -2,8 +2,9 @@
 
 The executor's ``kubernetes`` DynamicClient discovers lazily by default: ~20 requests under the client's
 rate limit (and a cache file in /tmp) the first time a leader writes, all before a new leader's first
-write. With this discoverer it builds each path from the table at once, as client-go's typed clients do. A kind whose CRD is not installed answers its request with 404, which the
-executor reports like any failed write (retried with back-off).
+write. With this discoverer it builds each path from the table at once, as client-go's typed clients do.
+A kind whose CRD is not installed answers its request with 404, which the executor reports like any failed
+write (retried with back-off).
 """
 
 from __future__ import annotations

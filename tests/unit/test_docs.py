@@ -191,3 +191,22 @@ def test_readme_size_and_links():
 
 def test_docs_yaml_is_valid():
     assert isinstance(yaml.safe_load((REPO / "mkdocs.yml").read_text()), dict)
+
+
+# Paths in upstream's repository that the pages name as such (not files of this one).
+UPSTREAM_PATHS = {"deploy/v2beta1/mpi-operator.yaml", "manifests/overlays/standalone"}
+TOP_DIRS = ("render/", "reconcile/", "tests/", "deploy/", "benchmarks/", "scripts/", "localcluster/")
+TOP_DIRS += ("golden/", "examples/", "tools/", "docs/")
+
+
+def test_named_repository_paths_exist():
+    """A page that names `reconcile/x.py` or `tests/unit/test_y.py::test_z` names something that exists."""
+    stale = []
+    for path in doc_files():
+        for token in re.findall(r"`([^`\s]+)`", path.read_text()):
+            name = re.split(r"::|\[|\s", token)[0].rstrip("/.,:")
+            if not name.startswith(TOP_DIRS) or any(c in name for c in "*<>{}$|"):
+                continue
+            if name not in UPSTREAM_PATHS and not (REPO / name).exists():
+                stale.append(f"{path.relative_to(REPO)}: {token}")
+    assert not stale, f"paths that do not exist: {stale}"

@@ -32,9 +32,9 @@ BASE_PACKAGES = ("openssh-server", "openssh-client")
 BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
-# Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize deadlocks over TCP in 5 of 25 runs
-# (one rank spins in ucp_worker_progress closing endpoints while its peer already waits in the PMI
-# barrier; seen on the real node with gdb). PyPI's MPICH 5 uses libfabric's tcp provider.
+# Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize can deadlock over TCP (one rank spins
+# in ucp_worker_progress closing endpoints while its peer already waits in the PMI barrier). PyPI's MPICH 5
+# uses libfabric's tcp provider.
 MPICH_REQUIREMENT = "mpich==5.0.2"
 MPICH_PREFIX = "/opt/mpich"
 PAUSE_IMAGE = "localhost/pause:local"

@@ -210,3 +210,13 @@ def test_named_repository_paths_exist():
             if name not in UPSTREAM_PATHS and not (REPO / name).exists():
                 stale.append(f"{path.relative_to(REPO)}: {token}")
     assert not stale, f"paths that do not exist: {stale}"
+
+
+def test_readme_error_example_is_what_the_cli_prints():
+    """The README's validation error example is the output docs/cli.md's run block checks."""
+    readme = DRAFT if DRAFT.exists() else REPO / "README.md"
+    run = [b for b in RUN_BLOCKS if b.path.name == "cli.md" and b.marker == "run: exit 2"]
+    assert len(run) == 1 and run[0].output is not None
+    example = [b for b in blocks(readme) if b.lang == "text" and "spec.mpiReplicaSpecs" in b.body]
+    assert len(example) == 1, example
+    assert example[0].body.strip() == run[0].output.body.strip()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from markdown.extensions.toc import slugify
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
@@ -66,7 +67,12 @@ def render(entries: list[Mapping[str, Any]]) -> str:
     kinds: dict[str, list[Mapping[str, Any]]] = {}
     for e in entries:
         kinds.setdefault(str(e["kind"]), []).append(e)
-    out = [INTRO, f"{len(entries)} differences.\n"]
+    out = [INTRO, f"{len(entries)} differences:\n", "| Kind | Difference | Field |", "|---|---|---|"]
+    for kind, group in kinds.items():
+        for e in group:
+            path = e.get("path", e.get("field"))
+            out.append(f"| {kind} | [{e['id']}](#{slugify(str(e['id']), '-')}) | {_code_list(path or '')} |")
+    out.append("")
     for kind, group in kinds.items():
         out.append(f"## {kind}\n")
         for e in group:

@@ -1,7 +1,8 @@
 """MkDocs hook: the page differences.md, generated from docs/differences.yaml at build time.
 
-The YAML list is the one the tests read, so the page cannot drift from what they check. Each entry has an
-`id`, a `kind`, a field `path`, the `steps` (or `step`) where it shows, and `upstream`, `ours`, `why`.
+The YAML list is the one the differential tier (tests/oracle) reads, so the page cannot drift from what it
+checks. Each entry has an `id`, a `kind` and a field `path` (each a pattern or a list of them), the `steps`
+where it shows, optionally the `jobs` it shows for and `timing`, and `upstream`, `ours`, `why`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ INTRO = """# Differences from upstream
 
 Everything upstream's v2 controller creates is created the same way (names, labels, env vars, mounts,
 hostfile formats, conditions, events, metrics), except what this page lists. The page is generated at
-build time from `docs/differences.yaml`, the list the tests read: they compare what the operator does with
-a model of upstream's behaviour and fail on a difference the list does not hold, so this page is the list
-they check.
+build time from `docs/differences.yaml`, the list the differential tier (`tests/oracle`) reads: it runs
+upstream v0.8.2 and this operator side by side on one local cluster with the same MPIJobs and fails on a
+difference no entry holds, and on an entry it never observes. So this page is what the tier checks.
 """
 
 
@@ -62,11 +63,17 @@ def _code_list(value: Any) -> str:
     return ", ".join(f"`{v}`" for v in items if v not in (None, ""))
 
 
+def _patterns(value: Any, every: str) -> str:
+    """Patterns as code, `*` alone as words."""
+    items = value if isinstance(value, list) else [value]
+    return every if items == ["*"] else _code_list(items)
+
+
 def render(entries: list[Mapping[str, Any]]) -> str:
     """The page: one section per kind (in first-seen order), one entry per difference."""
     kinds: dict[str, list[Mapping[str, Any]]] = {}
     for e in entries:
-        kinds.setdefault(str(e["kind"]), []).append(e)
+        kinds.setdefault(_text(e["kind"]), []).append(e)
     out = [INTRO, f"{len(entries)} differences:\n", "| Kind | Difference | Field |", "|---|---|---|"]
     for kind, group in kinds.items():
         for e in group:
@@ -82,7 +89,11 @@ def render(entries: list[Mapping[str, Any]]) -> str:
             if path:
                 out.append(f"- **Field:** {_code_list(path)}")
             if steps:
-                out.append(f"- **Shows at:** {_text(steps)}")
+                out.append(f"- **Shows at:** {_patterns(steps, 'every step')}")
+            if e.get("jobs"):
+                out.append(f"- **For jobs:** {_patterns(e['jobs'], 'every job')}")
+            if e.get("timing"):
+                out.append("- **Timing:** which of two close moments comes first")
             out.append(f"- **Upstream:** {_text(e['upstream'])}")
             out.append(f"- **Ours:** {_text(e['ours'])}")
             out.append(f"- **Why:** {_text(e['why'])}\n")

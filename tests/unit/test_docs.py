@@ -220,3 +220,10 @@ def test_readme_error_example_is_what_the_cli_prints():
     example = [b for b in blocks(readme) if b.lang == "text" and "spec.mpiReplicaSpecs" in b.body]
     assert len(example) == 1, example
     assert example[0].body.strip() == run[0].output.body.strip()
+
+
+def test_kubectl_diff_line_is_the_one_the_cluster_tier_runs():
+    from tests.cluster.test_plan_cli import DIFF_ONE_LINER
+
+    line = "JOB=pi NS=default; " + DIFF_ONE_LINER
+    assert line in (DOCS / "cli.md").read_text().splitlines()

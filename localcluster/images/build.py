@@ -217,6 +217,7 @@ def _chroot_build(lower: Path, upper: Path, input_dir: Path, script: str) -> Non
             MERGED=str(merged),
             INPUT=str(input_dir),
             DEBIAN_FRONTEND="noninteractive",
+            DEBCONF_NOWARNINGS="yes",  # no "delaying package configuration, since apt-utils ..."
             LC_ALL="C",
         )
         _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _OVERLAY_SH], env=env)

@@ -1,4 +1,4 @@
-"""The full fuzz run of issue 12: tests/unit/test_fuzz.py with 10,000 generated MPIJobs (the default test
+"""The full fuzz run: tests/unit/test_fuzz.py with 10,000 generated MPIJobs (the default test
 run generates 1,000).
 
 Usage: .venv/bin/python benchmarks/fuzz_bench.py [--examples N]

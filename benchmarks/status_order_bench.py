@@ -1,4 +1,4 @@
-"""Upstream's e2e assertions on the order within a sync (issue 18), 50 rounds each, at the default client
+"""Upstream's e2e assertions on the order within a sync, 50 rounds each, at the default client
 limits and at a high QPS: after Created=True the PodGroup exists (both gang schedulers), a job suspended at
 creation resumes with an update of the create response, and 50 create-then-update cycles meet no 409.
 

@@ -5,6 +5,7 @@
 # bin dir.
 #
 # Usage: deploy/local/build.sh                      build if needed, print the control plane's bin dir
+#        deploy/local/build.sh --control-plane      the same without Kueue (what scripts/demo needs)
 #        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
 #        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
 #        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
@@ -65,8 +66,9 @@ case "${1:-}" in
   --print-node-bin-dir)
     [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
   --node) MODE=node ;;
+  --control-plane) MODE=control-plane-only ;;
   "") ;;
-  *) echo "usage: $0 [--node|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--control-plane|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir]" >&2; exit 2 ;;
 esac
 
 TIMINGS="$CACHE_ROOT/timings"
@@ -288,6 +290,8 @@ if [ "$MODE" = upstream ]; then
   exit 0
 fi
 locked_build "$BIN_DIR" "$KEY" control_plane
-locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
-locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
+if [ "$MODE" != control-plane-only ]; then
+  locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
+  locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
+fi
 echo "$BIN_DIR"

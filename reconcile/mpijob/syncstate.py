@@ -51,7 +51,7 @@ def worth_writing(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def only_counts_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """The change is in ``replicaStatuses`` alone (pods starting one by one), on a status that already has
-    conditions: a write that can wait for the next ones (issue 17: one write per transition)."""
+    conditions: a write that can wait for the next ones (one write per transition)."""
     if not (old or {}).get("conditions"):
         return False
     a, b = _comparable(old), _comparable(new)

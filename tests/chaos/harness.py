@@ -257,7 +257,7 @@ class StatusRecorder:
 
     def regressions(self) -> list[str]:
         """Succeeded/Failed never revert, completionTime never changes once set, Created never goes back
-        to absent or False -- except False with reason FailedCreate while a create is retried (issue 12's
+        to absent or False -- except False with reason FailedCreate while a create is retried (the
         deliberate signal), which must end True again (see ``flaps``)."""
         out = []
         for name, statuses in self.history.items():

@@ -228,7 +228,7 @@ def active_replicas(job: dict[str, Any]) -> dict[str, int]:
 
 
 class Timeline:
-    """Seconds since the start, per event, for the README's measured timelines."""
+    """Seconds since the start, per event, for the measured timelines in docs/kueue.md."""
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()

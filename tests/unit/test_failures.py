@@ -1,4 +1,4 @@
-"""Failures that must reach the user (issue 12): a sync that keeps failing, a child the API server refuses
+"""Failures that must reach the user: a sync that keeps failing, a child the API server refuses
 for good (422) or for now (quota, conflicts, 5xx, 429), and a wanted name held by a foreign object."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _created(fake: FakeDynamic) -> list[str]:
 def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
     result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
-    # the workers after the first go out together (issue 17); the launcher, a later stage, never does
+    # the workers after the first go out together; the launcher, a later stage, never does
     assert sorted(_created(fake)) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
     (failure,) = result.failures
     assert failure.permanent and failure.code == "422"

@@ -291,9 +291,13 @@ class Kube:
         buf = b""
         try:
             for chunk in raw.stream(amt=None, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                if b"\n" not in chunk:
+                    buf += chunk
+                    continue
+                # one split per chunk: a chunk of a burst holds many events
+                *lines, rest = (buf + chunk).split(b"\n")
+                buf = rest
+                for line in lines:
                     if line.strip():
                         yield line
             if buf.strip():

@@ -128,7 +128,9 @@ class WorkQueue:
                 return
             self._ready_at[key] = ready_at
             heapq.heappush(self._waiting, (ready_at, next(self._seq), key))
-            self._cond.notify_all()
+            # One idle worker recomputes its wait for the new earliest moment; waking them all for every
+            # watch event cost more than the syncs it scheduled. A busy worker looks on its next get().
+            self._cond.notify()
 
     def waiting(self) -> dict[Hashable, float]:
         """Delayed keys and when they become ready (clock units); for tests and debugging."""

@@ -14,10 +14,10 @@ import yaml
 from render.api import Config, SSHKey
 from render.bounds import CLUSTER_DOMAIN_MAX
 from render.core import render
-from render.errors import FieldError, ValidationError, one_line
+from render.errors import FieldError, ValidationError, one_line, quote
 from render.keys import generate_ssh_key, load_ssh_key
 from render.observed import Observed, check_objects
-from render.parse import MAX_DEPTH, quote, too_deep
+from render.parse import MAX_DEPTH, too_deep
 from render.status import status
 from render.timeutil import parse_time
 from render.yamlio import Loader, dump, dump_all, load_objects

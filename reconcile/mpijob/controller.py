@@ -109,6 +109,7 @@ class Controller:
             )
 
         self.mpijobs = informer(MPIJOB, None)
+        metrics.count_jobs_of(self.mpijobs.store.list)
         self.children: dict[Resource, Informer] = {
             res: informer(res) for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
         }

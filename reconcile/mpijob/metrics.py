@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,8 +23,49 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from render import conditions as rcond
 from render.phases import Samples
+
+JOB_STATES = (
+    rcond.CREATED,
+    rcond.SUSPENDED,
+    rcond.RUNNING,
+    rcond.RESTARTING,
+    rcond.SUCCEEDED,
+    rcond.FAILED,
+)
+
+
+class _JobStates(Collector):
+    """``mpi_operator_jobs{state}``: the MPIJobs in the caches by state, counted at each scrape (0 on a
+    replica that is not leading: its controllers have no caches)."""
+
+    def __init__(self) -> None:
+        self.sources: list[Callable[[], Iterable[Mapping[str, Any]]]] = []
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "mpi_operator_jobs", "MPIJobs by state (their latest condition)", labels=["state"]
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = dict.fromkeys(JOB_STATES, 0)
+        for source in list(self.sources):
+            for job in source():
+                status = job.get("status")
+                conds = rcond.clean(status.get("conditions") if isinstance(status, Mapping) else None)
+                counts[rcond.current_state(conds)] += 1
+        family = self._family()
+        for state, count in counts.items():
+            family.add_metric([state], count)
+        yield family
+
 
 # The `*_created` timestamp series double every counter's output for no use here.
 disable_created_metrics()
@@ -105,6 +148,8 @@ class Metrics:
             buckets=STARTUP_BUCKETS,
             registry=r,
         )
+        self._job_states = _JobStates()
+        r.register(self._job_states)
         self._job_info_keys: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -120,6 +165,10 @@ class Metrics:
         if labels is not None:
             with contextlib.suppress(KeyError):
                 self.job_info.remove(*labels)
+
+    def count_jobs_of(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        """Count the MPIJobs ``source`` lists (a controller's cache) in ``mpi_operator_jobs``."""
+        self._job_states.sources.append(source)
 
     def observe_phases(self, samples: Samples) -> None:
         for phase, seconds in samples.phases:

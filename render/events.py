@@ -71,6 +71,8 @@ def duration_events(
 ) -> list[Event]:
     """Normal events with the durations of render.phases.samples: the workers' and the launcher's start
     at the job's first run (or resume), the whole duration when it finishes."""
+    if cond.clean((old_status or {}).get("conditions")) == cond.clean((new_status or {}).get("conditions")):
+        return []  # no transition (most syncs): skip parsing the job
     try:
         job = mpijob if isinstance(mpijob, MPIJob) else parse_mpijob(mpijob)
     except ValidationError:  # an invalid job has no phases; its Failed condition says why

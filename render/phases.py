@@ -80,9 +80,13 @@ def _gap(start: datetime | None, end: datetime | None) -> float | None:
     return max(0.0, (end - start).total_seconds())
 
 
+def _field(obj: object, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else None
+
+
 def pod_running_start(pod: Mapping[str, Any]) -> datetime | None:
     """The latest container start of a pod (None while any container has not started)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses")
+    statuses = _field(_field(pod, "status"), "containerStatuses")
     if not isinstance(statuses, list) or not statuses:
         return None
     latest: datetime | None = None
@@ -104,10 +108,11 @@ def pod_running_start(pod: Mapping[str, Any]) -> datetime | None:
 
 def gate_wait(pod: Mapping[str, Any]) -> float | None:
     """The seconds the launcher pod's gate reported in its termination message after it passed."""
-    for cs in (pod.get("status") or {}).get("initContainerStatuses") or ():
+    statuses = _field(_field(pod, "status"), "initContainerStatuses")
+    for cs in statuses if isinstance(statuses, list) else ():
         if not isinstance(cs, Mapping) or cs.get("name") != names.WAIT_CONTAINER:
             continue
-        term = (cs.get("state") or {}).get("terminated") if isinstance(cs.get("state"), Mapping) else None
+        term = _field(cs.get("state"), "terminated")
         if isinstance(term, Mapping) and term.get("exitCode") == 0:
             m = _GATE_WAIT.search(str(term.get("message") or ""))
             if m:
@@ -125,8 +130,8 @@ def _pods(job: MPIJob, observed: Observed) -> tuple[list[dict[str, Any]], list[d
     out_w: list[dict[str, Any]] = []
     out_l: list[dict[str, Any]] = []
     for pod in observed.of_kind(KIND_POD):
-        meta = pod.get("metadata") or {}
-        if meta.get("namespace") not in (None, "", job.namespace):
+        meta = pod.get("metadata")
+        if not isinstance(meta, Mapping) or meta.get("namespace") not in (None, "", job.namespace):
             continue
         owner = controller_uid(pod)
         if owner == job.uid and meta.get("name") in workers:
@@ -163,7 +168,9 @@ def samples(
     or it finishes without having been written Running); FINISHED and the duration when it finishes.
     A gap whose timestamps are not there (pods already gone, a container not started) is left out."""
     old, new = _conds(old_status), _conds(new_status)
-    submitted = parse_time(mpijob.raw.get("metadata", {}).get("creationTimestamp"))
+    if old == new:
+        return Samples()  # no transition: nothing to observe (most syncs)
+    submitted = parse_time(_field(mpijob.raw.get("metadata"), "creationTimestamp"))
     created = _ltt(new, cond.CREATED, cond.TRUE)
     phases: list[tuple[str, float]] = []
     duration = None
@@ -198,7 +205,7 @@ def samples(
         gate = next((w for p in launchers if (w := gate_wait(p)) is not None), None)
 
     if cond.is_finished(new) and not cond.is_finished(old):
-        completed = parse_time((new_status or {}).get("completionTime"))
+        completed = parse_time(_field(new_status, "completionTime"))
         gap = _gap(launcher_start, completed)
         if gap is not None:
             phases.append((FINISHED, gap))

@@ -6,6 +6,7 @@ everything from the caches, so a sync is level-based and any number of them conv
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -485,12 +486,9 @@ class Controller:
         it): observed once per transition, so a restarted operator that finds it written counts nothing."""
         for e in render.events(obj, old, new, observed):
             self.recorder.event(obj, e.type, e.reason, e.message)
-        try:
-            job = render.parse_mpijob(obj)
-        except render.ValidationError:
-            job = None
-        if job is not None:
-            self.metrics.observe_phases(phases.samples(job, old, new, observed))
+        if old.get("conditions") != new.get("conditions"):
+            with contextlib.suppress(render.ValidationError):  # an invalid job has no phases
+                self.metrics.observe_phases(phases.samples(render.parse_mpijob(obj), old, new, observed))
         if not condition_true(old, "Created") and condition_true(new, "Created"):
             self.metrics.jobs_created.inc()
         if not condition_true(old, "Succeeded") and condition_true(new, "Succeeded"):

@@ -273,3 +273,21 @@ def test_now_is_not_read():
         assert first is None or got == first
         first = got
     assert first is not None and first.duration == (cond.SUCCEEDED, 20.0)
+
+
+def test_odd_pods_are_left_out_not_a_crash():
+    odd: list[dict[str, Any]] = [
+        {**worker(0), "status": ["Running"]},
+        {**worker(1), "status": {"phase": "Running", "containerStatuses": {"a": 1}}},
+        {**worker(1), "status": {"containerStatuses": [None, {"state": []}]}},
+        {
+            **launcher_pod("a", "Running", at(1)),
+            "status": {"initContainerStatuses": [{"name": n.WAIT_CONTAINER, "state": 3}]},
+        },
+    ]
+    old = {"conditions": [{"type": "Created", "status": "True", "lastTransitionTime": at(1)}]}
+    new = {**old, "conditions": [*old["conditions"], {"type": "Running", "status": "True"}]}
+    obs = Observed.from_objects([*infra(), launcher(active=1), *odd], now=NOW)
+    got = ph.samples(parse_mpijob(base_job()), old, new, obs)
+    assert got.phases == () and got.gate_wait is None
+    assert [e.reason for e in events(base_job(), old, new, obs)] == ["MPIJobRunning"]

@@ -286,7 +286,8 @@ def test_odd_pods_are_left_out_not_a_crash():
         },
     ]
     old = {"conditions": [{"type": "Created", "status": "True", "lastTransitionTime": at(1)}]}
-    new = {**old, "conditions": [*old["conditions"], {"type": "Running", "status": "True"}]}
+    running = {"type": "Running", "status": "True", "reason": "MPIJobRunning"}
+    new = {**old, "conditions": [*old["conditions"], running]}
     obs = Observed.from_objects([*infra(), launcher(active=1), *odd], now=NOW)
     got = ph.samples(parse_mpijob(base_job()), old, new, obs)
     assert got.phases == () and got.gate_wait is None

@@ -372,7 +372,7 @@ class Controller:
             # The caches now hold what we wrote (and the memory what the server refused): the status comes
             # from the world after the writes, in this sync's one status write.
             children, memory = self.observe(obj, memory)
-            status, memory = settle(obj, children, memory, now, self.config)
+            status, memory = settle(obj, children, memory, now, self.config, before=status.new)
             self._memory[key] = memory
         self._finish_status(key, obj, status, children)
 

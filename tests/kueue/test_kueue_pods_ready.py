@@ -154,10 +154,15 @@ class PodWatch:
         self._watch = watch.Watch()
         self._ns = kq.ns
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stopping = False
 
     def _run(self) -> None:
-        for event in self._watch.stream(self._core.list_namespaced_pod, self._ns, _request_timeout=600):
-            self.versions.append(self._api.sanitize_for_serialization(event["object"]))
+        try:
+            for event in self._watch.stream(self._core.list_namespaced_pod, self._ns, _request_timeout=600):
+                self.versions.append(self._api.sanitize_for_serialization(event["object"]))
+        except Exception:
+            if not self._stopping:
+                raise
 
     def failed(self, name: str) -> dict[str, Any] | None:
         return next((p for p in list(self.versions) if name_of(p) == name and phase(p) == "Failed"), None)
@@ -167,6 +172,7 @@ class PodWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopping = True
         self._watch.stop()
         self._api.close()
 

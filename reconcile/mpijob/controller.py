@@ -405,7 +405,7 @@ class Controller:
     ) -> None:
         if status.write:
             obj = self._write_status(obj, status.new)
-        self._record(obj, status.old, status.shown, render.Observed.from_objects(children, now=self._now()))
+        self._record(obj, status.old, status.shown, children)
 
     def _delete_expired(self, key: str, obj: dict[str, Any]) -> None:
         log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
@@ -490,13 +490,16 @@ class Controller:
         return updated
 
     def _record(
-        self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any], observed: render.Observed
+        self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any], children: list[dict[str, Any]]
     ) -> None:
         """Events and metrics of the transition old -> new, which the job now shows (written, or it had
-        it): observed once per transition, so a restarted operator that finds it written counts nothing."""
+        it): observed once per transition, so a restarted operator that finds it written counts nothing.
+        ``children``: the world the status was computed from (the phases' pod start times)."""
+        transition = old.get("conditions") != new.get("conditions")
+        observed = render.Observed.from_objects(children, now=self._now()) if transition else None
         for e in render.events(obj, old, new, observed):
             self.recorder.event(obj, e.type, e.reason, e.message)
-        if old.get("conditions") != new.get("conditions"):
+        if observed is not None:
             with contextlib.suppress(render.ValidationError):  # an invalid job has no phases
                 self.metrics.observe_phases(phases.samples(render.parse_mpijob(obj), old, new, observed))
         if not condition_true(old, "Created") and condition_true(new, "Created"):

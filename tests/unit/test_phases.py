@@ -292,3 +292,22 @@ def test_odd_pods_are_left_out_not_a_crash():
     got = ph.samples(parse_mpijob(base_job()), old, new, obs)
     assert got.phases == () and got.gate_wait is None
     assert [e.reason for e in events(base_job(), old, new, obs)] == ["MPIJobRunning"]
+
+
+def test_jobs_by_state_counts_each_cache_at_each_scrape():
+    m = Metrics()
+    jobs: list[dict[str, Any]] = [{}]
+    m.count_jobs_of(lambda: jobs)
+    m.count_jobs_of(lambda: [{"status": {"conditions": [{"type": "Suspended", "status": "True"}]}}])
+    running = {"type": "Running", "status": "True"}
+    jobs.append({"status": {"conditions": [{"type": "Created", "status": "True"}, running]}})
+    got = _samples(m.exposition().decode())
+    states = {dict(k[1])["state"]: v for k, v in got.items() if k[0] == "mpi_operator_jobs"}
+    assert states == {
+        "Created": 1,
+        "Suspended": 1,
+        "Running": 1,
+        "Restarting": 0,
+        "Succeeded": 0,
+        "Failed": 0,
+    }

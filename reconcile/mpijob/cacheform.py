@@ -13,8 +13,8 @@ Kept, by kind (what is not listed is dropped):
   reads; ``managedFields`` trees pruned to the same paths (the differ looks for removals and applied
   fields within them only);
 * Pods' ``status``: phase, reason, message, the conditions' type and status, and each container and init
-  container status's name and terminated states (render's readiness, eviction and failure messages; the
-  launcher gate's WorkersUnreachable exit);
+  container status's name, terminated states and running state's ``startedAt`` (render's readiness,
+  eviction and failure messages; the launcher gate's exit and reported wait; render.phases' start times);
 * MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
   which a body without managedFields keeps the server's);
 * other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
@@ -147,6 +147,10 @@ def _container_status(cs: Any) -> Any:
         state = cs.get(which)
         if isinstance(state, Mapping) and isinstance(state.get("terminated"), Mapping):
             out[which] = {"terminated": state["terminated"]}
+    state = cs.get("state")
+    running = state.get("running") if isinstance(state, Mapping) else None
+    if isinstance(running, Mapping) and "startedAt" in running:
+        out["state"] = {"running": {"startedAt": running["startedAt"]}}
     return out
 
 

@@ -6,6 +6,7 @@ everything from the caches, so a sync is level-based and any number of them conv
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -58,7 +59,7 @@ from reconcile.runtime.kubewriter import KubeWriter
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
-from render import names
+from render import names, phases
 from render.errors import one_line
 from render.status import MAX_MESSAGE
 from render.timeutil import format_time
@@ -114,6 +115,7 @@ class Controller:
             )
 
         self.mpijobs = informer(MPIJOB, None)
+        metrics.count_jobs_of(self.mpijobs.store.list)
         self.children: dict[Resource, Informer] = {
             res: informer(res) for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
         }
@@ -331,9 +333,9 @@ class Controller:
             return
         assert decision.status is not None
         if decision.action is Action.INVALID:
-            self._finish_status(key, obj, decision.status)
+            self._finish_status(key, obj, decision.status, [])
             return
-        self._execute(key, obj, now, decision)
+        self._execute(key, obj, now, decision, children)
 
     def observe(self, obj: dict[str, Any], memory: JobMemory) -> tuple[list[dict[str, Any]], JobMemory]:
         """The job's live children from the caches (plus names held by objects our watches cannot see, read
@@ -350,7 +352,9 @@ class Controller:
             memory = attrs.evolve(memory, fresh_ssh_key=render.generate_ssh_key())
         return children, memory
 
-    def _execute(self, key: str, obj: dict[str, Any], now: datetime, decision: Decision) -> None:
+    def _execute(
+        self, key: str, obj: dict[str, Any], now: datetime, decision: Decision, children: list[dict[str, Any]]
+    ) -> None:
         the_plan = decision.plan
         if decision.clear_start_time is not None:
             self._clear_launcher_start_time(decision.clear_start_time)
@@ -378,9 +382,9 @@ class Controller:
             # The caches now hold what we wrote (and the memory what the server refused): the status comes
             # from the world after the writes, in this sync's one status write.
             children, memory = self.observe(obj, memory)
-            status, memory = settle(obj, children, memory, now, self.config)
+            status, memory = settle(obj, children, memory, now, self.config, before=status.new)
             self._memory[key] = memory
-        self._finish_status(key, obj, status)
+        self._finish_status(key, obj, status, children)
 
         meta = obj["metadata"]
         launcher = self.children[JOB].store.get(
@@ -396,10 +400,12 @@ class Controller:
         if not result.ok:
             raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
 
-    def _finish_status(self, key: str, obj: dict[str, Any], status: StatusDecision) -> None:
+    def _finish_status(
+        self, key: str, obj: dict[str, Any], status: StatusDecision, children: list[dict[str, Any]]
+    ) -> None:
         if status.write:
             obj = self._write_status(obj, status.new)
-        self._record(obj, status.old, status.shown)
+        self._record(obj, status.old, status.shown, children)
 
     def _delete_expired(self, key: str, obj: dict[str, Any]) -> None:
         log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
@@ -483,9 +489,19 @@ class Controller:
         self.mpijobs.observe(updated)
         return updated
 
-    def _record(self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
-        for e in render.events(obj, old, new):
+    def _record(
+        self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any], children: list[dict[str, Any]]
+    ) -> None:
+        """Events and metrics of the transition old -> new, which the job now shows (written, or it had
+        it): observed once per transition, so a restarted operator that finds it written counts nothing.
+        ``children``: the world the status was computed from (the phases' pod start times)."""
+        transition = old.get("conditions") != new.get("conditions")
+        observed = render.Observed.from_objects(children, now=self._now()) if transition else None
+        for e in render.events(obj, old, new, observed):
             self.recorder.event(obj, e.type, e.reason, e.message)
+        if observed is not None:
+            with contextlib.suppress(render.ValidationError):  # an invalid job has no phases
+                self.metrics.observe_phases(phases.samples(render.parse_mpijob(obj), old, new, observed))
         if not condition_true(old, "Created") and condition_true(new, "Created"):
             self.metrics.jobs_created.inc()
         if not condition_true(old, "Succeeded") and condition_true(new, "Succeeded"):

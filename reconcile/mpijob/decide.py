@@ -197,10 +197,16 @@ def settle(
     memory: JobMemory,
     now: datetime,
     config: render.Config,
+    before: Mapping[str, Any] | None = None,
 ) -> tuple[StatusDecision, JobMemory]:
-    """The status from the world after this sync's writes (the caches hold them), and whether to write it."""
+    """The status from the world after this sync's writes (the caches hold them), and whether to write it.
+    ``before``: the status the world showed before the writes (``Decision.status.new``); the settled status
+    builds on it, so what only the world before showed still shows: a failed worker this sync replaced
+    leaves Restarting=True (Running no longer True, which Kueue reads as PodsReady=False) until the
+    replacement runs."""
     job, memory = memory.job(mpijob)
-    new = render.status(job, _observed(children, memory, now), config)
+    base = job if before is None else render.parse_mpijob({**mpijob, "status": dict(before)})
+    new = render.status(base, _observed(children, memory, now), config)
     return settle_status(job, mpijob, new, memory, now)
 
 

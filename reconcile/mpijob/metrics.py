@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,9 +23,58 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from render import conditions as rcond
+from render.phases import Samples
+
+JOB_STATES = (
+    rcond.CREATED,
+    rcond.SUSPENDED,
+    rcond.RUNNING,
+    rcond.RESTARTING,
+    rcond.SUCCEEDED,
+    rcond.FAILED,
+)
+
+
+class _JobStates(Collector):
+    """``mpi_operator_jobs{state}``: the MPIJobs in the caches by state, counted at each scrape (0 on a
+    replica that is not leading: its controllers have no caches)."""
+
+    def __init__(self) -> None:
+        self.sources: list[Callable[[], Iterable[Mapping[str, Any]]]] = []
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "mpi_operator_jobs", "MPIJobs by state (their latest condition)", labels=["state"]
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = dict.fromkeys(JOB_STATES, 0)
+        for source in list(self.sources):
+            for job in source():
+                status = job.get("status")
+                conds = rcond.clean(status.get("conditions") if isinstance(status, Mapping) else None)
+                counts[rcond.current_state(conds)] += 1
+        family = self._family()
+        for state, count in counts.items():
+            family.add_metric([state], count)
+        yield family
+
 
 # The `*_created` timestamp series double every counter's output for no use here.
 disable_created_metrics()
+
+
+# Start-ups take from under a second (a warm node) to hours (a queue, an image pull): 0.25 s to 4 h.
+STARTUP_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
+# Whole jobs run from seconds to days.
+DURATION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
 
 
 class Metrics:
@@ -76,6 +127,29 @@ class Metrics:
             "The API client's limit now in requests per second (0: none; it follows 429s and latency)",
             registry=r,
         )
+        # Start-up phases (render.phases), from the objects' timestamps: one sample per job and phase.
+        self.job_phase = Histogram(
+            "mpi_operator_job_phase_seconds",
+            "Time an MPIJob spent in one start-up phase, from its objects' timestamps, by phase",
+            ["phase"],
+            buckets=STARTUP_BUCKETS,
+            registry=r,
+        )
+        self.job_duration = Histogram(
+            "mpi_operator_job_duration_seconds",
+            "Time from an MPIJob's creation to its completion, by outcome (Succeeded or Failed)",
+            ["outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.gate_wait = Histogram(
+            "mpi_operator_launcher_gate_wait_seconds",
+            "Time the launcher's gate waited until every worker answered over SSH, as the gate reports it",
+            buckets=STARTUP_BUCKETS,
+            registry=r,
+        )
+        self._job_states = _JobStates()
+        r.register(self._job_states)
         self._job_info_keys: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -91,6 +165,19 @@ class Metrics:
         if labels is not None:
             with contextlib.suppress(KeyError):
                 self.job_info.remove(*labels)
+
+    def count_jobs_of(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        """Count the MPIJobs ``source`` lists (a controller's cache) in ``mpi_operator_jobs``."""
+        self._job_states.sources.append(source)
+
+    def observe_phases(self, samples: Samples) -> None:
+        for phase, seconds in samples.phases:
+            self.job_phase.labels(phase=phase).observe(seconds)
+        if samples.duration is not None:
+            outcome, seconds = samples.duration
+            self.job_duration.labels(outcome=outcome).observe(seconds)
+        if samples.gate_wait is not None:
+            self.gate_wait.observe(samples.gate_wait)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

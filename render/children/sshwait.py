@@ -6,7 +6,8 @@ container counts as max(init, sum of containers)), and needs only what an MPI-ov
 POSIX shell and an ssh client. It checks each host with the same `ssh HOST true` mpirun's launcher
 would run, so the image's ssh config (port, host-key policy) applies as it will for mpirun. After the
 timeout it exits with names.WAIT_UNREACHABLE_EXIT and a termination message naming each host and why; status()
-turns that into `Failed/WorkersUnreachable`.
+turns that into `Failed/WorkersUnreachable`. Once every host answers, its termination message says how long
+it waited (`N host(s) reachable over SSH after 1.234s`), which render.phases reads.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ SCRIPT = r"""#!/bin/sh
 # The MPIJob operator's gate: start mpirun only once every host accepts ssh (see the operator's README).
 set -u
 timeout=$MPIJOB_WAIT_TIMEOUT
+# milliseconds since the epoch where date has %N (GNU, busybox), else whole seconds
+ms() {
+  t=$(date +%s%N 2>/dev/null)
+  case "$t" in "" | *[!0-9]*) echo $(($(date +%s) * 1000)) ;; *) echo "${t%??????}" ;; esac
+}
 start=$(date +%s)
+start_ms=$(ms)
 hosts() {
   if [ -n "$MPIJOB_WAIT_DISCOVER" ]; then sh "$MPIJOB_WAIT_DISCOVER"; else cat "$MPIJOB_WAIT_HOSTFILE"; fi |
     sed -e 's/[:[:space:]].*//' -e '/^$/d'
@@ -70,7 +77,11 @@ while :; do
     report="$report, $h ($why)"
   done
   if [ -z "$report" ] && { [ -z "$MPIJOB_WAIT_DISCOVER" ] || [ "$listed" -gt 0 ]; }; then
-    echo "wait-for-workers: $listed host(s) reachable over SSH after $(($(date +%s) - start))s"
+    # the operator reads the wait from the termination message (its phase metrics and events)
+    waited=$(($(ms) - start_ms))
+    msg="$listed host(s) reachable over SSH after $((waited / 1000)).$(printf '%03d' $((waited % 1000)))s"
+    echo "wait-for-workers: $msg"
+    printf '%s' "$msg" >"${MPIJOB_WAIT_TERMINATION_LOG:-/dev/termination-log}" 2>/dev/null || :
     exit 0
   fi
   if [ $(($(date +%s) - start)) -ge "$timeout" ]; then

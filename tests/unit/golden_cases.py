@@ -50,7 +50,7 @@ def produce(case: str) -> dict[str, str]:
     wakeup = next_wakeup(mpijob, new, now)
     files["lifecycle.yaml"] = dump(
         {
-            "events": [attrs.asdict(e) for e in events(mpijob, old, new)],
+            "events": [attrs.asdict(e) for e in events(mpijob, old, new, observed)],
             "next_wakeup": format_time(wakeup) if wakeup else None,
             "ttl_expired": ttl_expired(mpijob, new, now),
         }

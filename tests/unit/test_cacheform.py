@@ -17,6 +17,7 @@ from reconcile.mpijob.policy import POLICY
 from render import Observed, render, status
 from render.keys import load_ssh_key
 from render.parse import parse_mpijob
+from render.phases import gate_wait, pod_running_start
 from render.timeutil import parse_time
 from tests.unit.golden_cases import KEY_FILE, cases, load_case
 
@@ -98,3 +99,46 @@ def test_render_and_status_are_the_same_on_cached_objects(case: str) -> None:
     except Exception:
         return  # an invalid MPIJob renders nothing either way (status above covers it)
     assert render(mpijob, slim, config) == render(mpijob, full, config)
+
+
+def test_cached_pods_keep_what_the_phase_metrics_read():
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pi-launcher-x", "namespace": "ns"},
+        "spec": {"containers": [{"name": "l", "image": "i"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T11:52:06Z"}],
+            "initContainerStatuses": [
+                {
+                    "name": "wait-for-workers",
+                    "image": "i",
+                    "imageID": "sha256:x",
+                    "ready": False,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "message": "2 host(s) reachable over SSH after 1.310s",
+                            "startedAt": "2025-06-01T11:52:02Z",
+                            "finishedAt": "2025-06-01T11:52:04Z",
+                        }
+                    },
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": "l",
+                    "image": "i",
+                    "imageID": "sha256:x",
+                    "ready": True,
+                    "started": True,
+                    "state": {"running": {"startedAt": "2025-06-01T11:52:05Z"}},
+                }
+            ],
+        },
+    }
+    kept = cached([pod])[0]
+    assert pod_running_start(kept) == pod_running_start(pod) == parse_time("2025-06-01T11:52:05Z")
+    assert gate_wait(kept) == gate_wait(pod) == 1.31
+    assert "image" not in kept["status"]["containerStatuses"][0]

@@ -4,6 +4,7 @@ the script itself, run with /bin/sh against a fake `ssh` on PATH."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from render import Config, ValidationError, render, status
 from render import names as n
 from render.children.sshwait import SCRIPT
 from render.parse import parse_mpijob
+from render.phases import gate_wait
 from tests.unit.render_helpers import by_kind, conds, job, launcher, launcher_pod, observed, ts, worker
 
 CFG = Config()
@@ -200,7 +202,14 @@ def test_script_waits_until_every_host_answers(tmp_path):
         {"w-1.pi.ns.svc": (2, "Could not resolve hostname w-1.pi.ns.svc: Name or service not known")},
     )
     assert code == 0, out
-    assert "2 host(s) reachable" in out and term == ""
+    assert "2 host(s) reachable" in out
+    # The termination message says how long it waited (two failed rounds, a second apart), in a form
+    # the operator's phase metrics read.
+    assert re.fullmatch(r"2 host\(s\) reachable over SSH after [0-9]+\.[0-9]{3}s", term), term
+    passed = {"terminated": {"exitCode": 0, "message": term}}
+    pod = {"status": {"initContainerStatuses": [{"name": n.WAIT_CONTAINER, "state": passed}]}}
+    waited = gate_wait(pod)
+    assert waited is not None and 1.9 <= waited < 10, term
     calls = checked(tmp_path)
     # w-0 is checked once; w-1 until it answers (2 failures, then success).
     assert calls.count("w-0.pi.ns.svc") == 1 and calls.count("w-1.pi.ns.svc") == 3

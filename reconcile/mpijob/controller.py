@@ -335,7 +335,7 @@ class Controller:
         if decision.action is Action.INVALID:
             self._finish_status(key, obj, decision.status, [])
             return
-        self._execute(key, obj, now, decision, children)
+        self._execute(key, obj, now, decision, children, memory.status_held_since)
 
     def observe(self, obj: dict[str, Any], memory: JobMemory) -> tuple[list[dict[str, Any]], JobMemory]:
         """The job's live children from the caches (plus names held by objects our watches cannot see, read
@@ -353,7 +353,13 @@ class Controller:
         return children, memory
 
     def _execute(
-        self, key: str, obj: dict[str, Any], now: datetime, decision: Decision, children: list[dict[str, Any]]
+        self,
+        key: str,
+        obj: dict[str, Any],
+        now: datetime,
+        decision: Decision,
+        children: list[dict[str, Any]],
+        held_since: datetime | None,
     ) -> None:
         the_plan = decision.plan
         if decision.clear_start_time is not None:
@@ -382,6 +388,8 @@ class Controller:
             # The caches now hold what we wrote (and the memory what the server refused): the status comes
             # from the world after the writes, in this sync's one status write.
             children, memory = self.observe(obj, memory)
+            # The hold is judged once per sync, on this status: as it stood before decide judged its own.
+            memory = attrs.evolve(memory, status_held_since=held_since)
             status, memory = settle(obj, children, memory, now, self.config, before=status.new)
             self._memory[key] = memory
         self._finish_status(key, obj, status, children)

@@ -282,3 +282,33 @@ def test_the_plan_command_prints_the_plan_the_sync_executes(scenario):
     report = compute(job, children, config, now)
     printed = report["summary"].splitlines()[1:] if report["summary"] != "plan: no changes" else []
     assert [line.strip() for line in printed] == executed
+
+
+def test_a_refused_create_is_reported_once_the_first_status_hold_ends_across_failing_syncs():
+    """Each sync that retries the refused create judges the hold once: the first status (Created=False,
+    naming the refusal) waits its second, then is written, although every one of those syncs fails."""
+    mpijob, _, config, now_text = golden_cases.load_case("openmpi-pi")
+    kube = FakeKube()
+    c, writer = _controller(kube, config, now_text)
+    clock = [parse_time(now_text)]
+    c._now = lambda: clock[0]  # type: ignore[method-assign]
+    create = writer.create
+
+    def refuse_pods(**kw):
+        if kw["body"]["kind"] == "Pod":
+            raise ApiError(
+                403, "Forbidden", '{"message": "no PriorityClass", "reason": "Forbidden", "code": 403}'
+            )
+        return create(**kw)
+
+    writer.create = refuse_pods  # type: ignore[method-assign]
+    key = _load(c, kube, copy.deepcopy(mpijob), [])
+    stored = ("mpijobs", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
+    written = []
+    for _ in range(4):
+        c.process(key)
+        written.append((kube.objects[stored].get("status") or {}).get("conditions"))
+        clock[0] += timedelta(seconds=0.6)
+    assert written[0] is None and written[1] is None  # held: 0 s and 0.6 s into the hold
+    assert [(x["type"], x["status"]) for x in written[2]] == [("Created", "False")]
+    assert "no PriorityClass" in written[2][0]["message"]

@@ -3,8 +3,8 @@
 Starts its own L1 cluster (etcd + kube-apiserver), installs the CRD, then --runs times: starts the
 operator (default client limits: 5 QPS, burst 10), waits until it is leader and ready, submits one MPIJob
 with 4 workers and measures the time until all its children exist (Service, ConfigMap, Secret, launcher
-Job, 4 worker pods). Also prints the API requests the operator made before the job, by kind (discovery
-is what used to eat the burst). Prints figures, asserts nothing:
+Job, 4 worker pods). Also prints the API requests the operator made before the job, by kind (none should
+spend the burst the job's creates need). Prints figures, asserts nothing:
 
     .venv/bin/python benchmarks/first_job_bench.py --runs 3
 """

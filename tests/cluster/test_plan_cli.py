@@ -1,5 +1,5 @@
 """L1: `mpijob plan` prints what the operator would do for a live MPIJob and writes nothing; the
-README's `kubectl diff` one-liner shows no difference once the operator converged, and drift after."""
+`kubectl diff` one-liner of docs/cli.md shows no difference once the operator converged, and drift after."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.utils import REPO, has_condition, pi_job, wait_for
 
 pytestmark = pytest.mark.l1
 
-# The README's one-liner ("The render CLI"), with $JOB and $NS.
+# docs/cli.md's one-liner, with $JOB and $NS.
 DIFF_ONE_LINER = (
     "kubectl diff --server-side --field-manager=mpijob-operator --force-conflicts -f <(mpijob-render "
     '<(kubectl get mpijob "$JOB" -n "$NS" -o yaml) --observed '

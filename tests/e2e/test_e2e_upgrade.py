@@ -2,7 +2,7 @@
 
 Each case gets a local cluster of its own (the install rewrites cluster-wide RBAC). Upstream's manifests
 (the released module from the Go module proxy, built with `kubectl kustomize`, the Deployment's image set
-to ours) go in first, a job runs, then ours are applied over them exactly as the README says: the apply
+to ours) go in first, a job runs, then ours are applied over them exactly as docs/install.md says: the apply
 succeeds (the Deployment's selector is upstream's), the job, its pods and its launcher Job keep their uids,
 and the operator, restarted under the same ServiceAccount with our RBAC, takes the job to Succeeded.
 """
@@ -94,7 +94,7 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
     pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(POD, "jobs")["items"]}
     launcher_uid = kube.get(JOB, "jobs", "pi-launcher")["metadata"]["uid"]
 
-    # The upgrade, as the README says. It failed before: "spec.selector: ... field is immutable".
+    # The upgrade, as docs/install.md says; the Deployment keeps upstream's selector (it is immutable).
     out = kubectl(cluster, "apply", "--server-side", "-k", str(REPO / ours))
     assert out.returncode == 0, out.stderr
     deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/mpi-operator")

@@ -21,16 +21,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-DRAFT = DOCS / "README-draft.md"
+README = REPO / "README.md"
 COMMAND_LANGS = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(```+|~~~+)\s*([\w+#.-]*)")
 MARKER = re.compile(r"^<!--\s*(run(?::\s*exit\s+(\d+))?|output|not run:\s*\S.*?)\s*-->\s*$")
 
 
 def doc_files() -> list[Path]:
-    """Every page, and the README (its draft while one waits in docs/)."""
+    """Every page, and the README."""
     pages = sorted(DOCS.rglob("*.md"))
-    return pages if DRAFT.exists() else [*pages, REPO / "README.md"]
+    return [*pages, README]
 
 
 class Block:
@@ -180,7 +180,7 @@ def test_troubleshooting_lists_every_reason():
 
 
 def test_readme_size_and_links():
-    readme = DRAFT if DRAFT.exists() else REPO / "README.md"
+    readme = README
     text = readme.read_text()
     assert len(text.encode()) <= 15 * 1024, f"{readme.name}: {len(text.encode())} bytes"
     targets = re.findall(r"\]\((?!https?://|#)([^)#\s]+)", text)
@@ -214,7 +214,7 @@ def test_named_repository_paths_exist():
 
 def test_readme_error_example_is_what_the_cli_prints():
     """The README's validation error example is the output docs/cli.md's run block checks."""
-    readme = DRAFT if DRAFT.exists() else REPO / "README.md"
+    readme = README
     run = [b for b in RUN_BLOCKS if b.path.name == "cli.md" and b.marker == "run: exit 2"]
     assert len(run) == 1 and run[0].output is not None
     example = [b for b in blocks(readme) if b.lang == "text" and "spec.mpiReplicaSpecs" in b.body]

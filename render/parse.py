@@ -103,6 +103,9 @@ def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
 
 
 def _type_name(value: object) -> str:
+    """JSON's name for the value's type (YAML-only types, e.g. !!binary, by their YAML tag)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
@@ -113,7 +116,7 @@ def _type_name(value: object) -> str:
         return "array"
     if isinstance(value, Mapping):
         return "object"
-    return type(value).__name__
+    return {bytes: "!!binary", set: "!!set"}.get(type(value), "non-JSON value")
 
 
 def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from render import conditions as cond
-from render import names
+from render import failures, names
 from render.api import Config, MPIJob
 from render.children.configmap import configmap
 from render.children.launcher import launcher_job
@@ -63,8 +63,14 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     # earlier sync created before it knew), so no worker is left running for a job that cannot run.
     held = bool(v.conflicts) and v.launcher is None
     if active and not held:
-        # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
-        wanted = [i for i in range(replicas) if not _failed(v.workers.get(i))]
+        # Pods are create-only: a Failed worker is kept while its back-off lasts (its logs stay readable),
+        # then left out (so it is deleted) and comes back in the next round.
+        records = {r.index: r for r in failures.count(job, observed)}
+        wanted = [
+            i
+            for i in range(replicas)
+            if not _failed(v.workers.get(i)) or failures.in_backoff(records.get(i), observed.now)
+        ]
         out += worker_pods(job, wanted, config)
     elif finished:
         policy = job.spec.run_policy.clean_pod_policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from render import childfields, names
+from render import childfields, failures, names
 from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
@@ -17,6 +17,7 @@ from render.observed import (
     KIND_SERVICE,
     JobView,
     Observed,
+    WorkerFailure,
     condition,
     condition_true,
     is_controlled_by,
@@ -41,8 +42,9 @@ REASON_VALIDATION = "ValidationError"
 REASON_EXISTS = "ErrResourceExists"
 REASON_FAILED_CREATE = "FailedCreate"
 REASON_UNREACHABLE = "WorkersUnreachable"
+REASON_WORKER_FAILURES = "WorkerBackoffLimitExceeded"
 # Failures the operator decides (not the launcher Job): render suspends the launcher Job for them.
-OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE)
+OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE, REASON_WORKER_FAILURES)
 
 
 def truncate(message: str) -> str:
@@ -181,6 +183,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st.setdefault("startTime", now)
 
     launcher = v.launcher
+    records = failures.count(job, observed)
     refused = observed.create_failure
     if refused is not None and refused.permanent and not job.suspended:
         # Invalid from the API server: no retry heals it, and nothing is created after it
@@ -193,7 +196,10 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         )
         st.setdefault("completionTime", now)
     elif launcher is not None and (gate := unreachable(v.launcher_pods)) is not None:
-        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(f"MPIJob {ns_name} has failed: {gate}"))
+        message = f"MPIJob {ns_name} has failed: {gate}"
+        if records:  # why they were unreachable, most likely
+            message += f"; the last worker failure: {failures.describe(_latest(records).evidence)}"
+        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(message))
         st.setdefault("completionTime", now)
     elif launcher is not None and condition_true(launcher, "Complete"):
         setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
@@ -203,12 +209,15 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         reason, message = launcher_failure(job, launcher, v)
         setc(cond.FAILED, cond.TRUE, reason, message)
         st.setdefault("completionTime", now)
+    elif not job.suspended and failures.exceeded(job, records):
+        setc(cond.FAILED, cond.TRUE, REASON_WORKER_FAILURES, truncate(worker_failures_message(job, records)))
+        st.setdefault("completionTime", now)
     elif not job.suspended and deadline_passed(job, st, observed):
         message = f"MPIJob {ns_name} was active longer than specified deadline"
         setc(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
         st.setdefault("completionTime", now)
     elif not job.suspended:
-        _running_or_restarting(job, v, ns_name, setc)
+        _running_or_restarting(job, v, ns_name, setc, records)
 
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
@@ -236,7 +245,27 @@ def _restarting(c: Mapping[str, Any]) -> bool:
     return c.get("type") == cond.RESTARTING and c.get("status") == cond.TRUE
 
 
-def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> None:
+def _latest(records: tuple[WorkerFailure, ...]) -> WorkerFailure:
+    return max(records, key=lambda r: (r.failed_at, r.index))
+
+
+def worker_failures_message(job: MPIJob, records: tuple[WorkerFailure, ...]) -> str:
+    """Why the job failed: how often, the bound, and the last failed pod's own words."""
+    limit = failures.limit(job)
+    bound = (
+        f"backoffLimit {limit}"
+        if job.spec.run_policy.backoff_limit is not None
+        else f"the default backoffLimit {limit}"
+    )
+    return (
+        f"MPIJob {job.namespace}/{job.name} has failed: worker pods failed {failures.total(records)} times,"
+        f" more than {bound} allows; the last: {failures.describe(_latest(records).evidence)}"
+    )
+
+
+def _running_or_restarting(
+    job: MPIJob, v: JobView, ns_name: str, setc: Any, records: tuple[WorkerFailure, ...]
+) -> None:
     replicas = job.worker_replicas
     workers = {i: p for i, p in v.workers.items() if i < replicas}
     evicted = sorted(i for i, p in workers.items() if phase(p) == "Failed" and _pod_reason(p) == "Evicted")
@@ -247,12 +276,15 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
         setc(cond.RESTARTING, cond.TRUE, REASON_EVICTED, f"{len(evicted)}/{replicas} workers are evicted")
     elif failed:
         pods = ", ".join(names.worker_name(job.name, i) for i in failed)
-        setc(
-            cond.RESTARTING,
-            cond.TRUE,
-            REASON_RESTARTING,
-            truncate(f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"),
-        )
+        message = f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"
+        mine = [r for r in records if r.index in failed]
+        if mine:
+            last = _latest(tuple(mine))
+            message += (
+                f" after a back-off ({failures.total(records)} of {failures.limit(job)} failures allowed);"
+                f" the last: {failures.describe(last.evidence)}"
+            )
+        setc(cond.RESTARTING, cond.TRUE, REASON_RESTARTING, truncate(message))
     elif v.launcher is not None and failed_launchers and not running_launchers and _replaced(v.launcher_pods):
         # Only once the Job made a new pod: a failed pod the Job does not retry is the job failing.
         pod = newest(failed_launchers)

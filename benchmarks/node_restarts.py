@@ -34,7 +34,7 @@ from kubernetes import client  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.realnode import node_rss_bytes  # noqa: E402
-from reconcile.kube import Kube  # noqa: E402
+from reconcile.runtime.kube import Kube  # noqa: E402
 from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
 

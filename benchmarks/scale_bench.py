@@ -63,8 +63,8 @@ import render  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
-from reconcile import kube as k  # noqa: E402
-from reconcile.cacheform import cache_form  # noqa: E402
+from reconcile.mpijob.cacheform import cache_form  # noqa: E402
+from reconcile.runtime import kube as k  # noqa: E402
 
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 NAMESPACE = "bench"

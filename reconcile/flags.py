@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from reconcile import logs
-from reconcile.health import DEFAULT_PORT
-from reconcile.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
+from reconcile.runtime import logs
+from reconcile.runtime.health import DEFAULT_PORT
+from reconcile.runtime.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}

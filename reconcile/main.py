@@ -19,18 +19,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from kubernetes import config as kubeconfig
-from kubernetes.client import ApiClient, Configuration
-
 import render
-from reconcile import flags, logs, memory
-from reconcile.controller import Controller
-from reconcile.events import BackgroundEventRecorder
-from reconcile.fence import Fence
-from reconcile.health import DEFAULT_PORT, HealthServer
-from reconcile.kube import MPIJOB, ApiError, Kube
-from reconcile.leader import LeaderElector
-from reconcile.metrics import Metrics
+from reconcile import flags
+from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.metrics import Metrics
+from reconcile.runtime import logs, procmem
+from reconcile.runtime.events import BackgroundEventRecorder
+from reconcile.runtime.fence import Fence
+from reconcile.runtime.health import DEFAULT_PORT, HealthServer
+from reconcile.runtime.kube import MPIJOB, ApiError, Kube, api_client
+from reconcile.runtime.leader import LeaderElector
 from render.bounds import CLUSTER_DOMAIN_MAX
 
 log = logging.getLogger("mpijob-operator")
@@ -54,22 +52,6 @@ def version_text() -> str:
         f"Python version: {platform.python_version()}\n"
         f"OS/Arch: {sys.platform}/{platform.machine()}"
     )
-
-
-def api_client(kubeconfig_path: str, master: str) -> ApiClient:
-    cfg = Configuration()
-    path = kubeconfig_path or os.environ.get("KUBECONFIG", "")
-    if path:
-        kubeconfig.load_kube_config(config_file=path, client_configuration=cfg)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubeconfig.load_incluster_config(client_configuration=cfg)
-    else:
-        kubeconfig.load_kube_config(client_configuration=cfg)
-    if master:
-        cfg.host = master
-    # enough connections for the workers, the informers' watches and the lease
-    cfg.connection_pool_maxsize = 32
-    return ApiClient(cfg)
 
 
 class StartupError(Exception):
@@ -183,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         logs.setup(args.log_format, args.log_level)
         log.critical("cannot open the log file", extra={"file": args.log_file_path, "error": str(err)})
         return 1
-    memory.setup()  # before any thread starts
+    procmem.setup()  # before any thread starts
     try:
         return run(args)
     except StartupError as err:

@@ -61,7 +61,7 @@ def wait_for(
 
 
 def not_found(exc: BaseException) -> bool:
-    """An API error 404 (``reconcile.kube.ApiError`` or the official client's ``ApiException``)."""
+    """An API error 404 (``reconcile.runtime.kube.ApiError`` or the official client's ``ApiException``)."""
     return getattr(exc, "status", None) == 404
 
 
@@ -168,7 +168,7 @@ def processed_after_nudge(
     """Timing-free "nothing happened": give the MPIJob a later event (an annotation nobody reads) and wait
     until the operator has finished a sync of that version or a newer one (``/debug/synced``). Whatever
     the operator would do about the earlier state, it has done by then; no sleeping."""
-    from reconcile.kube import MPIJOB
+    from reconcile.runtime.kube import MPIJOB
 
     patched = kube.patch(MPIJOB, namespace, name, {"metadata": {"annotations": {NUDGE: str(time.time_ns())}}})
     wanted = int(patched["metadata"]["resourceVersion"])

@@ -2,5 +2,5 @@
 
 It knows Kubernetes (list-map keys, ownership, server-side apply, immutable fields) and nothing of the
 product it serves: a controller hands it its per-kind policy and field manager as data
-(``reconcile.children`` for the MPIJob controller). ``tests/unit/test_engine.py`` guards that.
+(``reconcile.mpijob.policy`` for the MPIJob controller). ``tests/unit/test_engine.py`` guards that.
 """

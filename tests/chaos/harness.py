@@ -23,7 +23,7 @@ import attrs
 from localcluster import ClusterSpec, LocalCluster, pki
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from reconcile.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
+from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
 from tests.e2e.support import kubectl
 
 REPO = Path(__file__).resolve().parents[2]

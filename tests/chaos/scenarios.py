@@ -7,7 +7,7 @@ import random
 import time
 
 from localcluster.operator import OperatorRunner
-from reconcile.kube import POD as POD_RES
+from reconcile.runtime.kube import POD as POD_RES
 from tests.chaos.faultproxy import FaultProxy
 from tests.chaos.harness import (
     LOCK_NS,

@@ -1,6 +1,6 @@
 """L1 fixtures: the MPIJob and PodGroup CRDs, a Kube client, and the operator as its own process.
 
-- `kube`: a `reconcile.kube.Kube` with the admin client, no client-side rate limit.
+- `kube`: a `reconcile.runtime.kube.Kube` with the admin client, no client-side rate limit.
 - `mpijob_crd`, `podgroup_crds` (session): the CRDs installed (deploy/crd, tests/crds) and served.
 - `start_operator(*flags, wait=True)`: a `localcluster.operator.OperatorRunner` watching the test's
   namespace (leader election in it too); stopped after the test, its log printed if the test failed.
@@ -21,7 +21,7 @@ from kubernetes import client
 from localcluster import LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
-from reconcile.kube import Kube
+from reconcile.runtime.kube import Kube
 from tests.cluster.support import CRD_NAME, kubectl
 from tests.utils import REPO
 from tests.utils import podgroup_crds as podgroup_crd_docs

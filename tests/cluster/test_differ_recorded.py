@@ -22,10 +22,10 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import ERR_RESOURCE_EXISTS, execute
 from reconcile.engine.plan import Delete, ObjectKey, Plan
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from tests.cluster.served import (
     by_kind,
     desired_for,

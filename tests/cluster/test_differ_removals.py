@@ -15,10 +15,10 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import execute
 from reconcile.engine.plan import ObjectKey, Plan
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from tests.cluster.served import (
     by_kind,
     desired_for,

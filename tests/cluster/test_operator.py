@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.kube import (
+from reconcile.runtime.kube import (
     CONFIGMAP,
     EVENT,
     JOB,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.kube import MPIJOB, POD
+from reconcile.runtime.kube import MPIJOB, POD
 from tests.utils import pi_job, wait_for
 
 JOBS = 200

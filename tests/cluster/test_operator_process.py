@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
+from reconcile.runtime.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
 from tests.utils import api_writes, controller_uid, pi_job, processed_after_nudge, wait_for
 
 JOBS = 6

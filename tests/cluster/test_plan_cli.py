@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconcile.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
+from reconcile.runtime.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
 from tests.utils import REPO, has_condition, pi_job, wait_for
 
 pytestmark = pytest.mark.l1
@@ -26,7 +26,7 @@ DIFF_ONE_LINER = (
 
 def plan(kubeconfig: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        [sys.executable, "-m", "reconcile.render_entry", "--plan", "--kubeconfig", str(kubeconfig), *args],
+        [sys.executable, "-m", "reconcile.cli", "--plan", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from localcluster.operator import OperatorRunner
-from reconcile.kube import MPIJOB
+from reconcile.runtime.kube import MPIJOB
 from tests.upstream_source import upstream_manifests
 from tests.utils import pi_job, wait_for
 

@@ -23,7 +23,7 @@ from localcluster import LocalCluster
 from localcluster.nodes import KWOK_NODE_ANNOTATION
 from localcluster.operator import OperatorRunner
 from localcluster.processes import Proc, free_port, spawn
-from reconcile.kube import (
+from reconcile.runtime.kube import (
     CONFIGMAP,
     JOB,
     MPIJOB,

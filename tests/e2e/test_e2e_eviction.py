@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from reconcile.kube import JOB
+from reconcile.runtime.kube import JOB
 from tests.e2e.support import E2E, HOLD, labelled_node, name_of, phase, pod_ready
 from tests.utils import pi_job
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
+from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
 from tests.e2e.support import E2E, KNOB, condition_is, extra_scheduler, phase
 from tests.utils import pi_job
 

@@ -16,7 +16,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from reconcile.kube import MPIJOB, Kube
+from reconcile.runtime.kube import MPIJOB, Kube
 from tests.e2e.support import REPO, condition_is
 from tests.utils import wait_for
 

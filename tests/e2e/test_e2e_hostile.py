@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.kube import JOB, POD, ApiError
+from reconcile.runtime.kube import JOB, POD, ApiError
 from tests.e2e.support import E2E, conditions, name_of, phase
 from tests.utils import pi_job
 
@@ -129,7 +129,7 @@ def test_far_away_times_in_a_status_do_not_break_the_sync(e2e: E2E) -> None:
     status = copy.deepcopy(job.get("status") or {})
     status["startTime"] = "9999-12-31T23:59:59Z"
     body = {**job, "status": status}
-    from reconcile.kube import MPIJOB
+    from reconcile.runtime.kube import MPIJOB
 
     e2e.kube.replace(MPIJOB, body, subresource="status")
     e2e.submit(pi_job("beside"))
@@ -140,7 +140,7 @@ def test_far_away_times_in_a_status_do_not_break_the_sync(e2e: E2E) -> None:
 
 
 def test_a_quota_is_created_false_until_it_clears(e2e: E2E) -> None:
-    from reconcile.kube import Resource
+    from reconcile.runtime.kube import Resource
 
     quota = Resource("v1", "ResourceQuota", "resourcequotas")
     e2e.kube.create(

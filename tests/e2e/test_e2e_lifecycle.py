@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from reconcile.kube import JOB, POD
+from reconcile.runtime.kube import JOB, POD
 from tests.e2e.support import (
     E2E,
     HOLD,

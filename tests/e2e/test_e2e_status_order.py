@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reconcile.kube import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, ApiError
+from reconcile.runtime.kube import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, ApiError
 from tests.e2e.support import E2E, conditions
 from tests.utils import pi_job
 

@@ -17,7 +17,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from reconcile.kube import JOB, MPIJOB, POD, Kube
+from reconcile.runtime.kube import JOB, MPIJOB, POD, Kube
 from tests.e2e.support import HOLD, KNOB, REPO, condition_is
 from tests.upstream_source import upstream_manifests
 from tests.utils import pi_job, wait_for

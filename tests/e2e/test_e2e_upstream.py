@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.kube import CONFIGMAP, JOB, SECRET
+from reconcile.runtime.kube import CONFIGMAP, JOB, SECRET
 from tests.e2e.support import E2E, KNOB, condition_is, conditions, phase
 from tests.utils import pi_job, processed_after_nudge
 

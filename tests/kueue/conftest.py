@@ -30,7 +30,7 @@ from localcluster.cluster import wait_for_crds
 from localcluster.kueue import Kueue
 from localcluster.nodes import fake_node
 from localcluster.operator import OperatorRunner
-from reconcile.kube import JOB, ApiError, Kube, Resource
+from reconcile.runtime.kube import JOB, ApiError, Kube, Resource
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import E2E, HOLD, REPO, kubectl, name_of, operator_runner, phase
 from tests.utils import pi_job

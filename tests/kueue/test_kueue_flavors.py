@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.kube import JOB
+from reconcile.runtime.kube import JOB
 from tests.kueue.conftest import POOL, KueueE2E, condition_true, queued_job, suspended
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.kube import CONFIGMAP, JOB, SECRET, SERVICE
+from reconcile.runtime.kube import CONFIGMAP, JOB, SECRET, SERVICE
 from tests.kueue.conftest import KueueE2E, Timeline, active_replicas, condition_true, queued_job
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]

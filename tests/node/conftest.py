@@ -18,7 +18,7 @@ import pytest
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
-from reconcile.kube import EVENT, POD, Kube
+from reconcile.runtime.kube import EVENT, POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
 from tests.node.jobs import launcher_restarts

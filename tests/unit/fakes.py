@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from reconcile.kube import ApiError, Kube, Resource
+from reconcile.runtime.kube import ApiError, Kube, Resource
 
 
 class FakeKube:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from reconcile.kube import MAX_RETRIES, Kube
-from reconcile.ratelimit import (
+from reconcile.runtime.kube import MAX_RETRIES, Kube
+from reconcile.runtime.ratelimit import (
     LATENCY_FLOOR_QPS,
     MIN_QPS,
     RETRY_AFTER_MAX,

@@ -1,5 +1,5 @@
-"""The informers' cache form (reconcile/cacheform.py) changes no decision: render, status and the differ
-give the same answers on cached objects as on the objects the server sent."""
+"""The informers' cache form (reconcile/mpijob/cacheform.py) changes no decision: render, status and
+the differ give the same answers on cached objects as on the objects the server sent."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from reconcile.cacheform import cache_form, kept_spec_paths
-from reconcile.children import POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.semantics import MISSING, get_path, set_path
+from reconcile.mpijob.cacheform import cache_form, kept_spec_paths
+from reconcile.mpijob.policy import POLICY
 from render import Observed, render, status
 from render.keys import load_ssh_key
 from render.parse import parse_mpijob

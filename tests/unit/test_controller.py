@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 import render
-from reconcile import controller as controller_module
-from reconcile.children import POLICY
-from reconcile.controller import Controller
 from reconcile.engine.plan import Plan
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
-from reconcile.events import EventRecorder
-from reconcile.kube import CONFIGMAP, JOB, POD, ApiError, resource_for
-from reconcile.metrics import Metrics
+from reconcile.mpijob import controller as controller_module
+from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import POLICY
+from reconcile.runtime.events import EventRecorder
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, ApiError, resource_for
 from render.timeutil import parse_time
 from render.yamlio import load_objects
 from tests.unit import golden_cases

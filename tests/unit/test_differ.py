@@ -1,4 +1,4 @@
-"""L0: the generic differ, rule by rule (reconcile/differ.py, semantics*.py, policy.py, plan.py)."""
+"""L0: the generic differ, rule by rule (reconcile/engine/differ.py, semantics*.py, policy.py, plan.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import controller_uid, plan
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Plan, Wait
 from reconcile.engine.policy import KindPolicy, MutableWhen, PathIs, Policy
 from reconcile.engine.semantics import holds, is_zero, mask, scalar_equal, strict_equal
 from reconcile.engine.semantics_lists import list_type
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 
 OWNER = "11111111-1111-1111-1111-111111111111"
 OTHER = "22222222-2222-2222-2222-222222222222"

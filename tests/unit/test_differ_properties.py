@@ -18,11 +18,11 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.managedfields import encode
 from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
 from reconcile.engine.semantics import is_zero
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from render import Config, Observed, render
 from tests import strategies
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.policy import Policy
 from reconcile.engine.semantics import MISSING, get_path
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 FILES = sorted(RECORDED.glob("*.json"))

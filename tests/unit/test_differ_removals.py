@@ -1,4 +1,4 @@
-"""L0: removals found from managedFields (reconcile/managedfields.py, semantics_removals.py, differ rule 5).
+"""L0: removals found from managedFields (engine/managedfields.py, semantics_removals.py, rule 5).
 
 The fieldsV1 samples are what kube-apiserver v1.35 recorded for objects created by the executor.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from reconcile.children import FIELD_MANAGER, POLICY
 from reconcile.engine.differ import plan
 from reconcile.engine.managedfields import Step, encode, merge, owned_by, parse_step, slim
 from reconcile.engine.policy import Policy
 from reconcile.engine.semantics_removals import find_removals
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 OWNER = "11111111-1111-1111-1111-111111111111"

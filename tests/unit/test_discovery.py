@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kubernetes.client import ApiClient, Configuration
 
-from reconcile.discovery import static_client
-from reconcile.kube import KNOWN
+from reconcile.runtime.discovery import static_client
+from reconcile.runtime.kube import KNOWN
 
 
 def test_static_client_builds_every_known_path_without_a_request():

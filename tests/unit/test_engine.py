@@ -40,7 +40,7 @@ def test_engine_sources_name_no_product_kind(module: str) -> None:
     hits = [
         f"{path.name}:{n}: {line.strip()}"
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if PRODUCT.search(line) and "reconcile.children" not in line
+        if PRODUCT.search(line) and "reconcile.mpijob.policy" not in line
     ]
     assert hits == []
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
-from reconcile.events import BackgroundEventRecorder, EventRecorder
-from reconcile.kube import EVENT, ApiError
+from reconcile.runtime.events import BackgroundEventRecorder, EventRecorder
+from reconcile.runtime.kube import EVENT, ApiError
 from tests.unit.fakes import FakeKube
 
 JOB_OBJ = {

@@ -9,7 +9,6 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
-from reconcile.children import FIELD_MANAGER
 from reconcile.engine.executor import (
     ERR_RESOURCE_EXISTS,
     NORMAL,
@@ -18,6 +17,7 @@ from reconcile.engine.executor import (
     returned_objects,
 )
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.mpijob.policy import FIELD_MANAGER
 from tests.unit.fakes import FakeDynamic
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")

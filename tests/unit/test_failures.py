@@ -12,13 +12,13 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 import render
-from reconcile import controller as controller_mod
-from reconcile.children import CREATE_RULES, FIELD_MANAGER
 from reconcile.engine.executor import CreateRules, execute
 from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
-from reconcile.events import EventRecorder
-from reconcile.kube import ApiError
-from reconcile.metrics import Metrics
+from reconcile.mpijob import controller as controller_mod
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER
+from reconcile.runtime.events import EventRecorder
+from reconcile.runtime.kube import ApiError
 from render import Config, Observed
 from render.observed import CreateFailure
 from tests.unit.fakes import FakeDynamic, FakeKube

@@ -99,7 +99,7 @@ def test_log_file_with_and_without_stderr(tmp_path, capsys):
     import json
     import logging
 
-    from reconcile import logs
+    from reconcile.runtime import logs
 
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)

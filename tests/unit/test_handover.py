@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from reconcile.fence import Fence, NotLeader
-from reconcile.kube import Kube
-from reconcile.leader import LeaderElector
-from reconcile.queue import ShutDown, WorkQueue
+from reconcile.runtime.fence import Fence, NotLeader
+from reconcile.runtime.kube import Kube
+from reconcile.runtime.leader import LeaderElector
+from reconcile.runtime.queue import ShutDown, WorkQueue
 from tests.unit.fakes import Clock, FakeKube
 
 
@@ -187,8 +187,8 @@ class StartupKube:
 
 
 def test_startup_crd_check_retries_transient_errors():
-    from reconcile.kube import ApiError
     from reconcile.main import check_crd
+    from reconcile.runtime.kube import ApiError
 
     codes: list = []
     kube = StartupKube(
@@ -205,8 +205,8 @@ def test_startup_crd_check_retries_transient_errors():
 
 
 def test_startup_crd_check_exits_on_not_found_only():
-    from reconcile.kube import ApiError
     from reconcile.main import StartupError, check_crd
+    from reconcile.runtime.kube import ApiError
 
     kube = StartupKube([ApiError(503, "Unavailable", "{}"), ApiError(404, "NotFound", "{}")])
     with pytest.raises(StartupError, match="CRD"):  # main() logs it as one line and exits 1
@@ -214,8 +214,8 @@ def test_startup_crd_check_exits_on_not_found_only():
 
 
 def test_startup_crd_check_ends_on_stop():
-    from reconcile.kube import ApiError
     from reconcile.main import check_crd
+    from reconcile.runtime.kube import ApiError
 
     stop = threading.Event()
     stop.set()

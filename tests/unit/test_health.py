@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import urllib.request
 
-from reconcile.health import HealthServer
-from reconcile.metrics import Metrics
+from reconcile.mpijob.metrics import Metrics
+from reconcile.runtime.health import HealthServer
 
 
 def test_health_server_probes_and_metrics():

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from reconcile.informer import Informer, Store, controller_uid_index, key_of, same_but_version
-from reconcile.kube import POD, ApiError
+from reconcile.runtime.informer import Informer, Store, controller_uid_index, key_of, same_but_version
+from reconcile.runtime.kube import POD, ApiError
 
 
 def pod(name, rv, owner=None, ns="ns", labels=None):

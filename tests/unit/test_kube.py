@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.kube import JOB, LEASE, POD, classify
+from reconcile.runtime.kube import JOB, LEASE, POD, classify
 
 
 @pytest.mark.parametrize(

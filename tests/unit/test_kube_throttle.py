@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from kubernetes.client import ApiClient, Configuration
 
-from reconcile.kube import Kube, classify
+from reconcile.runtime.kube import Kube, classify
 
 
 def test_discovery_paths_are_classified_as_discovery():

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reconcile.kube import ApiError
-from reconcile.leader import LeaderElector
+from reconcile.runtime.kube import ApiError
+from reconcile.runtime.leader import LeaderElector
 from tests.unit.fakes import Clock, FakeKube
 
 

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from reconcile import logs
+from reconcile.runtime import logs
 
 
 def test_json_logs_carry_extra_fields():

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from reconcile import flags, kube
+from reconcile import flags
+from reconcile.runtime import kube
 from tests.unit.deploy_files import CRD_FILE, _grants, _objects, _one
 from tools.crdgen import build as crdbuild
 from tools.crdgen.k8s_schema import Converter
@@ -520,7 +521,7 @@ def test_operator_cluster_role_is_exactly_what_the_operator_uses():
 
 
 def test_operator_may_touch_every_resource_the_controller_knows():
-    # reconcile.kube lists the resources the operator reads or writes; each needs a grant.
+    # reconcile.runtime.kube lists the resources the operator reads or writes; each needs a grant.
     grants = _grants(_one(_objects(DEPLOY), "ClusterRole", "mpi-operator")["rules"])
     leases = _grants(_one(_objects(DEPLOY), "Role", "mpi-operator-leader-election")["rules"])
     for resource in kube.KNOWN:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconcile.metrics import Metrics
+from reconcile.mpijob.metrics import Metrics
 
 
 def test_api_request_count_excludes_kinds():

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from reconcile.queue import ShutDown, WorkQueue
-from reconcile.ratelimit import (
+from reconcile.runtime.queue import ShutDown, WorkQueue
+from reconcile.runtime.ratelimit import (
     BucketLimiter,
     ItemExponentialLimiter,
     MaxOfLimiter,

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import render
-from reconcile import kube
-from reconcile.children import POLICY
-from reconcile.controller import Controller
-from reconcile.events import EventRecorder
-from reconcile.metrics import Metrics
+from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import POLICY
+from reconcile.runtime import kube
+from reconcile.runtime.events import EventRecorder
 from tests.unit.deploy_files import _grants, _objects, _one
 from tests.unit.fakes import NoKube
 from tools.manifests import DEPLOY
@@ -52,7 +52,7 @@ def _controllers() -> list[Controller]:
 
 
 # Run by users with their own credentials (mpijob-render --plan), never by the operator's ServiceAccount.
-USER_TOOLS = frozenset({"plan_cli.py", "render_entry.py"})
+USER_TOOLS = frozenset({"plan_command.py", "cli.py"})
 
 
 def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
@@ -60,7 +60,7 @@ def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
     is a variable (each must be accounted for by the caller of this function)."""
     found: set[tuple[str, tuple[str, str]]] = set()
     variable: list[str] = []
-    for path in sorted(RECONCILE.glob("*.py")):
+    for path in sorted(RECONCILE.rglob("*.py")):
         if path.name in USER_TOOLS:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))

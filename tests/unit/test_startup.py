@@ -204,7 +204,7 @@ def test_bad_flags_in_text_format():
 
 
 def test_process_metrics_beside_ours():
-    from reconcile.metrics import Metrics
+    from reconcile.mpijob.metrics import Metrics
 
     text = Metrics().exposition().decode()
     for name in (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconcile.syncstate import (
+from reconcile.mpijob.syncstate import (
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
     only_counts_changed,

@@ -7,7 +7,7 @@ it never releases the lease on shutdown (client-go's ReleaseOnCancel), which mak
 full lease duration; it has no clock injection for tests; and it does not count leaseTransitions.
 This module is that algorithm against plain Lease dicts, with three changes for hand-over under load:
 
-* a ``Fence`` (``reconcile.fence``) in the controller's client lets a write out only while the last
+* a ``Fence`` (``reconcile.runtime.fence``) in the controller's client lets a write out only while the last
   renewal is younger than the renew deadline, so no write of ours can follow a lapse, a loss or a release;
 * on stop the controller gets ``drain_timeout`` (shorter than the renew deadline) to finish its syncs while
   we keep renewing; then the fence closes, in-flight writes end, and only then is the Lease released;
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from reconcile.fence import Fence
-from reconcile.kube import LEASE, ApiError, Kube
+from reconcile.runtime.fence import Fence
+from reconcile.runtime.kube import LEASE, ApiError, Kube
 
 log = logging.getLogger(__name__)
 

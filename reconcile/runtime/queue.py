@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 
-from reconcile.ratelimit import Clock, MaxOfLimiter, controller_rate_limiter
+from reconcile.runtime.ratelimit import Clock, MaxOfLimiter, controller_rate_limiter
 
 
 class ShutDown(Exception):

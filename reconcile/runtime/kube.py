@@ -15,17 +15,19 @@ counted with code ``fenced``).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
-from kubernetes.client import ApiClient
+from kubernetes import config as kubeconfig
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from reconcile.fence import Fence, NotLeader
-from reconcile.ratelimit import AdaptiveLimiter, retry_after_seconds
+from reconcile.runtime.fence import Fence, NotLeader
+from reconcile.runtime.ratelimit import AdaptiveLimiter, retry_after_seconds
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -387,3 +389,19 @@ def _drain(resp: Any) -> None:
 
 def is_status(err: BaseException, *codes: int) -> bool:
     return isinstance(err, ApiException) and err.status in codes
+
+
+def api_client(kubeconfig_path: str, master: str) -> ApiClient:
+    cfg = Configuration()
+    path = kubeconfig_path or os.environ.get("KUBECONFIG", "")
+    if path:
+        kubeconfig.load_kube_config(config_file=path, client_configuration=cfg)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubeconfig.load_incluster_config(client_configuration=cfg)
+    else:
+        kubeconfig.load_kube_config(client_configuration=cfg)
+    if master:
+        cfg.host = master
+    # enough connections for the workers, the informers' watches and the lease
+    cfg.connection_pool_maxsize = 32
+    return ApiClient(cfg)

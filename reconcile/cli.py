@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--plan" in args:
-        from reconcile.plan_cli import main as plan_main
+        from reconcile.mpijob.plan_command import main as plan_main
 
         return plan_main([a for a in args if a != "--plan"])
     from render.cli import main as render_main

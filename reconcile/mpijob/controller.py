@@ -17,18 +17,27 @@ from typing import Any
 from kubernetes.dynamic import DynamicClient
 
 import render
-from reconcile import events as ev
-from reconcile.cacheform import transform_for
-from reconcile.children import CREATE_RULES, FIELD_MANAGER, POLICY
-from reconcile.discovery import static_client
 from reconcile.engine import managedfields
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
-from reconcile.events import EventRecorder
-from reconcile.fence import NotLeader
-from reconcile.informer import Informer, controller_ref, key_of
-from reconcile.kube import (
+from reconcile.mpijob.cacheform import transform_for
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER, POLICY
+from reconcile.mpijob.syncstate import (
+    condition_true,
+    is_managed_externally,
+    launcher_resume_needs_start_time_cleared,
+    only_counts_changed,
+    status_changed,
+    worth_writing,
+)
+from reconcile.runtime import events as ev
+from reconcile.runtime.discovery import static_client
+from reconcile.runtime.events import EventRecorder
+from reconcile.runtime.fence import NotLeader
+from reconcile.runtime.informer import Informer, controller_ref, key_of
+from reconcile.runtime.kube import (
     CONFIGMAP,
     JOB,
     MERGE_PATCH,
@@ -44,17 +53,8 @@ from reconcile.kube import (
     Resource,
     resource_for,
 )
-from reconcile.metrics import Metrics
-from reconcile.queue import ShutDown, WorkQueue
-from reconcile.ratelimit import controller_rate_limiter
-from reconcile.syncstate import (
-    condition_true,
-    is_managed_externally,
-    launcher_resume_needs_start_time_cleared,
-    only_counts_changed,
-    status_changed,
-    worth_writing,
-)
+from reconcile.runtime.queue import ShutDown, WorkQueue
+from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
 from render import names
 from render.errors import one_line

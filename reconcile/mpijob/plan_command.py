@@ -17,14 +17,24 @@ import jsonpatch
 import yaml
 
 import render
-from reconcile.children import FIELD_MANAGER, POLICY
-from reconcile.controller import CHILD_SELECTOR, podgroup_resource
 from reconcile.engine import managedfields
 from reconcile.engine.differ import plan
-from reconcile.informer import controller_ref
-from reconcile.kube import CONFIGMAP, JOB, MPIJOB, POD, PRIORITY_CLASS, SECRET, SERVICE, ApiError, Kube
-from reconcile.main import api_client
-from reconcile.syncstate import launcher_resume_needs_start_time_cleared
+from reconcile.mpijob.controller import CHILD_SELECTOR, podgroup_resource
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from reconcile.mpijob.syncstate import launcher_resume_needs_start_time_cleared
+from reconcile.runtime.informer import controller_ref
+from reconcile.runtime.kube import (
+    CONFIGMAP,
+    JOB,
+    MPIJOB,
+    POD,
+    PRIORITY_CLASS,
+    SECRET,
+    SERVICE,
+    ApiError,
+    Kube,
+    api_client,
+)
 from render import names
 
 

@@ -6,7 +6,7 @@
   jittered), is counted through ``on_error(informer, code)`` and resumed, as client-go's reflectors do;
 * objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
   (often the biggest part of an object), the main-resource entries stay: the differ reads ours to find
-  fields we no longer render; a ``transform`` may keep less (reconcile/cacheform.py);
+  fields we no longer render; a ``transform`` may keep less (reconcile/mpijob/cacheform.py);
 * handlers get (event, old, new); an update is not delivered when the cached form did not change apart
   from ``resourceVersion`` and the managedFields' times (the kubelet's, the scheduler's and kwok's writes
   to what the transform drops: each woke a sync that read the same thing).
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconcile.engine import managedfields
-from reconcile.kube import ApiError, Kube, Resource
+from reconcile.runtime.kube import ApiError, Kube, Resource
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Informer:
         transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         """``transform``: what of each object the cache keeps (client-go's SetTransform), applied after
-        the subresource managedFields entries are dropped (reconcile.cacheform)."""
+        the subresource managedFields entries are dropped (reconcile.mpijob.cacheform)."""
         self.kube = kube
         self.resource = resource
         self.namespace = namespace or None

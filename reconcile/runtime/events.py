@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from reconcile.kube import EVENT, MERGE_PATCH, ApiError, Kube
+from reconcile.runtime.kube import EVENT, MERGE_PATCH, ApiError, Kube
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""API resources without discovery: the operator knows every kind it writes (``reconcile.kube.KNOWN``).
+"""API resources without discovery: the operator knows every kind it writes (``runtime.kube.KNOWN``).
 
 The executor's ``kubernetes`` DynamicClient discovers lazily by default: ~20 requests under the client's
 rate limit (and a cache file in /tmp) the first time a leader writes, which once put 8.8 s between a new
@@ -16,7 +16,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from kubernetes.dynamic.resource import Resource as DynamicResource
 
-from reconcile.kube import KNOWN, Resource
+from reconcile.runtime.kube import KNOWN, Resource
 
 
 class StaticDiscoverer:

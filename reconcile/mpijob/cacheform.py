@@ -27,13 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from reconcile.children import POLICY
 from reconcile.engine.managedfields import slim
 from reconcile.engine.policy import KindPolicy, Policy
+from reconcile.mpijob.policy import POLICY
 
 Obj = dict[str, Any]
 
-# Spec paths render reads of a live child (render/observed.py, render/core.py, reconcile/syncstate.py).
+# Spec paths render reads of a live child (render/observed.py, render/core.py, reconcile/mpijob/syncstate.py).
 RENDER_SPEC_READS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("batch", "Job"): ("spec.suspend",),
     ("", "Pod"): (),

@@ -1,0 +1,1 @@
+"""The MPIJob controller: observe -> decide (pure) -> execute -> remember, over render and the engine."""

@@ -134,7 +134,8 @@ def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     st = pod.get("status") or {}
     out = []
     for key in ("initContainerStatuses", "containerStatuses"):
-        out += [cs for cs in st.get(key) or () if isinstance(cs, Mapping)]
+        group = st.get(key)
+        out += [cs for cs in group if isinstance(cs, Mapping)] if isinstance(group, list) else []
     return out
 
 

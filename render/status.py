@@ -43,6 +43,10 @@ REASON_EXISTS = "ErrResourceExists"
 REASON_FAILED_CREATE = "FailedCreate"
 REASON_UNREACHABLE = "WorkersUnreachable"
 REASON_WORKER_FAILURES = "WorkerBackoffLimitExceeded"
+REASON_IMAGE_PULL = "ImagePullBackOff"
+# The kubelet's waiting reasons for an image it cannot get; it alternates the first two while it retries,
+# so one reason of ours covers them all (a status write when it starts and one when it ends).
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 # Failures the operator decides (not the launcher Job): render suspends the launcher Job for them.
 OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE, REASON_WORKER_FAILURES)
 
@@ -218,6 +222,13 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st.setdefault("completionTime", now)
     elif not job.suspended:
         _running_or_restarting(job, v, ns_name, setc, records)
+        running = cond.find(conds, cond.RUNNING)
+        if (
+            running is not None
+            and running.get("reason") == REASON_IMAGE_PULL
+            and image_pull_problem(_live_pods(job, v)) is None
+        ):
+            conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
 
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
@@ -294,10 +305,35 @@ def _running_or_restarting(
             REASON_RESTARTING,
             truncate(f"MPIJob {ns_name} is restarting: {pod_failure(pod)[1]}"),
         )
+    elif (stuck := image_pull_problem(_live_pods(job, v))) is not None:
+        setc(cond.RUNNING, cond.FALSE, REASON_IMAGE_PULL, truncate(f"MPIJob {ns_name} is waiting: {stuck}"))
     elif v.launcher is not None and running_launchers:
         running_workers = sum(1 for p in workers.values() if phase(p) == "Running")
         if running_workers == replicas:
             setc(cond.RUNNING, cond.TRUE, REASON_RUNNING, f"MPIJob {ns_name} is running.")
+
+
+def _live_pods(job: MPIJob, v: JobView) -> list[dict[str, Any]]:
+    workers = [p for i, p in sorted(v.workers.items()) if i < job.worker_replicas]
+    return [p for p in [*workers, *v.launcher_pods] if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def image_pull_problem(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod container the kubelet cannot get the image of, and the kubelet's words, else None."""
+    for pod in pods:
+        st = pod.get("status") or {}
+        statuses = [st.get("initContainerStatuses"), st.get("containerStatuses")]
+        for cs in [c for group in statuses if isinstance(group, list) for c in group]:
+            state = cs.get("state") if isinstance(cs, Mapping) else None
+            waiting = state.get("waiting") if isinstance(state, Mapping) else None
+            if isinstance(waiting, Mapping) and waiting.get("reason") in IMAGE_PULL_REASONS:
+                name = (pod.get("metadata") or {}).get("name", "")
+                text = (
+                    f"pod {name}: container {cs.get('name', '')} cannot get its image ({waiting['reason']})"
+                )
+                detail = str(waiting.get("message") or "").strip()
+                return f"{text}: {detail}" if detail else text
+    return None
 
 
 def _replaced(pods: list[dict[str, Any]]) -> bool:

@@ -56,9 +56,9 @@ from reconcile.runtime.kube import (
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
-from render import names
+from render import failures, names
 from render.errors import one_line
-from render.observed import CreateFailure
+from render.observed import CreateFailure, WorkerFailure
 from render.status import MAX_MESSAGE
 from render.timeutil import format_time
 
@@ -144,6 +144,8 @@ class Controller:
         self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
         # key -> (job uid, the create the API server refused in the job's last sync): status shows it
         self._create_failures: dict[str, tuple[str, CreateFailure]] = {}
+        # key -> (job uid, its workers' failures so far): the back-off and the bound; lost on a restart
+        self._worker_failures: dict[str, tuple[str, tuple[WorkerFailure, ...]]] = {}
         # key -> syncs failed in a row
         self._sync_failures: dict[str, int] = {}
         self._stopped = threading.Event()
@@ -322,6 +324,7 @@ class Controller:
         if obj is None:
             self.metrics.remove_job_info(key)
             self._create_failures.pop(key, None)
+            self._worker_failures.pop(key, None)
             return
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_managed_externally(obj):
@@ -389,7 +392,8 @@ class Controller:
             o.key.kind == "Job" and o.result == "created" for o in result.done
         ):
             self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
-        wake = render.next_wakeup(job, new_status, now)
+        self._remember_worker_failures(key, job, observed)
+        wake = render.next_wakeup(job, new_status, now, observed)
         if wake is not None:
             delay = min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + 0.01)
             self.queue.add_after(key, delay)
@@ -488,6 +492,13 @@ class Controller:
         self._create_failures[key] = (job.uid, refused)
         return refused != before
 
+    def _remember_worker_failures(self, key: str, job: Any, observed: render.Observed) -> None:
+        records = failures.count(job, observed)
+        if records:
+            self._worker_failures[key] = (job.uid, records)
+        else:
+            self._worker_failures.pop(key, None)
+
     def _observe(
         self,
         job: Any,
@@ -508,8 +519,13 @@ class Controller:
             key = self._fresh_keys.get(job.uid)
             if key is None:
                 key = self._fresh_keys[job.uid] = render.generate_ssh_key()
+        remembered = self._worker_failures.get(f"{job.namespace}/{job.name}")
         return render.Observed.from_objects(
-            children, now=now, fresh_ssh_key=key, create_failure=create_failure
+            children,
+            now=now,
+            fresh_ssh_key=key,
+            create_failure=create_failure,
+            worker_failures=remembered[1] if remembered is not None and remembered[0] == job.uid else (),
         )
 
     def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:

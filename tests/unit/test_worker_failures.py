@@ -270,3 +270,27 @@ def test_restarting_names_the_failure_while_in_backoff(limit):
     msg = conds(st)["Restarting"]["message"]
     assert "pi-worker-1" in msg and "exited with code 1 (Error): boom" in msg
     assert f"(1 of {limit + 1} failures allowed)" in msg
+
+
+def pulling(i: int, reason: str, message: str = "") -> dict[str, Any]:
+    pod = running(i, 1)
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    pod["status"] = {"phase": "Pending", "containerStatuses": [{"name": "w", "state": {"waiting": waiting}}]}
+    return pod
+
+
+def test_an_image_that_cannot_be_pulled_is_said_once_and_cleared():
+    j = job()
+    msg = 'Back-off pulling image "nope:latest"'
+    st = status(j, observed(running(0, 5), pulling(1, "ErrImagePull", "not found"), launcher()), CFG)
+    c = conds(st)["Running"]
+    assert (c["status"], c["reason"]) == ("False", "ImagePullBackOff")
+    assert c["message"] == (
+        "MPIJob ns/pi is waiting: pod pi-worker-1: container w cannot get its image (ErrImagePull): not found"
+    )
+    j["status"] = st
+    # the kubelet alternates its reasons while it retries: the status stays as it is (no write)
+    assert status(j, observed(running(0, 5), pulling(1, "ImagePullBackOff", msg), launcher()), CFG) == st
+    # pulled, still starting: no longer said; not Running yet
+    started = status(j, observed(running(0, 5), pulling(1, "ContainerCreating"), launcher()), CFG)
+    assert "Running" not in conds(started)

@@ -71,7 +71,13 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
             for i in range(replicas)
             if not _failed(v.workers.get(i)) or failures.in_backoff(records.get(i), observed.now)
         ]
-        out += worker_pods(job, wanted, config)
+        pods = worker_pods(job, wanted, config)
+        for index, pod in zip(wanted, pods, strict=True):
+            record = records.get(index)
+            if record is not None and index not in v.workers:  # a replacement, about to be created
+                annotations = pod["metadata"].setdefault("annotations", {})
+                annotations[names.WORKER_FAILURES_ANNOTATION] = str(record.count)
+        out += pods
     elif finished:
         policy = job.spec.run_policy.clean_pod_policy
         kept = [i for i in sorted(v.workers) if i < replicas and _kept_after_finish(policy, v.workers[i])]

@@ -106,6 +106,9 @@ def count(job: MPIJob, observed: Observed) -> tuple[WorkerFailure, ...]:
         if before is not None and before.pod_uid == uid:
             continue
         started, finished = _run_times(pod)
+        if before is None and (earlier := _annotated_count(pod)):
+            # counted before the operator restarted: the replacement carries the count
+            before = WorkerFailure(index, earlier, "", observed.now, FailureEvidence(pod=""))
         fresh = before is None or (
             started is not None
             and finished is not None
@@ -119,6 +122,13 @@ def count(job: MPIJob, observed: Observed) -> tuple[WorkerFailure, ...]:
             evidence=evidence(pod),
         )
     return tuple(out[i] for i in sorted(out))
+
+
+def _annotated_count(pod: Mapping[str, Any]) -> int:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.WORKER_FAILURES_ANNOTATION)
+    if isinstance(value, str) and value.isdigit() and len(value) <= 6:
+        return int(value)
+    return 0
 
 
 def pod_identity(pod: Mapping[str, Any]) -> str:

@@ -294,3 +294,23 @@ def test_an_image_that_cannot_be_pulled_is_said_once_and_cleared():
     # pulled, still starting: no longer said; not Running yet
     started = status(j, observed(running(0, 5), pulling(1, "ContainerCreating"), launcher()), CFG)
     assert "Running" not in conds(started)
+
+
+def test_a_replacement_carries_the_count_so_a_restarted_operator_goes_on_from_it():
+    j = job()
+    pj = parsed()
+    memory = f.count(pj, observed(failed(1, "a")))
+    memory = f.count(pj, attrs.evolve(observed(failed(1, "b")), worker_failures=memory))
+    # pod b's back-off is over and it is gone: its replacement is created with the count
+    after = attrs.evolve(observed(launcher(), now=NOW + timedelta(seconds=30)), worker_failures=memory)
+    [replacement] = [
+        p for p in by_kind(render(j, after, CFG), "Pod") if p["metadata"]["name"] == "pi-worker-1"
+    ]
+    assert replacement["metadata"]["annotations"] == {"mpijob.dev/worker-failures": "2"}
+    assert "annotations" not in by_kind(render(j, after, CFG), "Pod")[0]["metadata"]  # worker 0: none
+    # it fails; a new operator (no memory) counts it as the third failure of its index
+    pod = failed(1, "c")
+    pod["metadata"]["annotations"] = replacement["metadata"]["annotations"]
+    [record] = f.count(pj, observed(pod))
+    assert (record.count, record.pod_uid) == (3, "c")
+    assert f.backoff_seconds(record.count) == 40

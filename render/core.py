@@ -71,17 +71,11 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
             for i in range(replicas)
             if not _failed(v.workers.get(i)) or failures.in_backoff(records.get(i), observed.now)
         ]
-        pods = worker_pods(job, wanted, config)
-        for index, pod in zip(wanted, pods, strict=True):
-            record = records.get(index)
-            if record is not None and index not in v.workers:  # a replacement, about to be created
-                annotations = pod["metadata"].setdefault("annotations", {})
-                annotations[names.WORKER_FAILURES_ANNOTATION] = str(record.count)
-        out += pods
+        out += _with_counts(worker_pods(job, wanted, config), wanted, v.workers, records)
     elif finished:
         policy = job.spec.run_policy.clean_pod_policy
         kept = [i for i in sorted(v.workers) if i < replicas and _kept_after_finish(policy, v.workers[i])]
-        out += worker_pods(job, kept, config)
+        out += _with_counts(worker_pods(job, kept, config), kept, v.workers, {})
 
     live = v.launcher
     if finished:
@@ -101,6 +95,28 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
         elif (not wait or all_ready) and not held:
             out.append(launcher_job(job, config, suspend=False))
     return out
+
+
+def _with_counts(
+    pods: list[dict[str, Any]],
+    indexes: list[int],
+    live: Mapping[int, dict[str, Any]],
+    records: Mapping[int, failures.WorkerFailure],
+) -> list[dict[str, Any]]:
+    """The failure count so far on a replacement about to be created; a live pod's own value as it is
+    (pod metadata is patched, so anything else would be a write)."""
+    for index, pod in zip(indexes, pods, strict=True):
+        live_pod = live.get(index)
+        record = records.get(index)
+        if live_pod is not None:
+            value = ((live_pod.get("metadata") or {}).get("annotations") or {}).get(
+                names.WORKER_FAILURES_ANNOTATION
+            )
+        else:
+            value = str(record.count) if record is not None else None
+        if isinstance(value, str):
+            pod["metadata"].setdefault("annotations", {})[names.WORKER_FAILURES_ANNOTATION] = value
+    return pods
 
 
 def _frozen_hosts(job: MPIJob, observed: Observed) -> str | None:

@@ -314,3 +314,22 @@ def test_a_replacement_carries_the_count_so_a_restarted_operator_goes_on_from_it
     [record] = f.count(pj, observed(pod))
     assert (record.count, record.pod_uid) == (3, "c")
     assert f.backoff_seconds(record.count) == 40
+
+
+def test_a_live_workers_count_annotation_is_rendered_as_it_is():
+    """Metadata of pods is patched: rendering anything else than the live value would be a write."""
+    j = job()
+    pj = parsed()
+    memory = f.count(pj, observed(failed(1, "a")))
+    live = running(1, 5)
+    live["metadata"]["annotations"] = {"mpijob.dev/worker-failures": "1"}
+    obs = attrs.evolve(observed(running(0, 5), live, launcher()), worker_failures=memory)
+    pods = {p["metadata"]["name"]: p for p in by_kind(render(j, obs, CFG), "Pod")}
+    assert pods["pi-worker-1"]["metadata"]["annotations"] == {"mpijob.dev/worker-failures": "1"}
+    assert "annotations" not in pods["pi-worker-0"]["metadata"]
+    # and after the end, on a kept pod
+    j["status"] = status(job(runPolicy={"backoffLimit": 0}), observed(failed(0, "z"), launcher()), CFG)
+    gone = failed(1, "y")
+    gone["metadata"]["annotations"] = {"mpijob.dev/worker-failures": "1"}
+    kept = by_kind(render(j, observed(failed(0, "z"), gone, launcher()), CFG), "Pod")
+    assert [p["metadata"].get("annotations") for p in kept] == [None, {"mpijob.dev/worker-failures": "1"}]

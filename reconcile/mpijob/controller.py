@@ -24,6 +24,7 @@ from reconcile.engine.plan import Plan
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER, POLICY
+from reconcile.mpijob.recreate import Recreates
 from reconcile.mpijob.syncstate import (
     condition_true,
     is_managed_externally,
@@ -146,6 +147,8 @@ class Controller:
         self._create_failures: dict[str, tuple[str, CreateFailure]] = {}
         # key -> (job uid, its workers' failures so far): the back-off and the bound; lost on a restart
         self._worker_failures: dict[str, tuple[str, tuple[WorkerFailure, ...]]] = {}
+        # creates of children someone else keeps deleting, held with back-off
+        self._recreates = Recreates()
         # key -> syncs failed in a row
         self._sync_failures: dict[str, int] = {}
         self._stopped = threading.Event()
@@ -325,6 +328,7 @@ class Controller:
             self.metrics.remove_job_info(key)
             self._create_failures.pop(key, None)
             self._worker_failures.pop(key, None)
+            self._recreates.forget(key)
             return
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_managed_externally(obj):
@@ -357,6 +361,10 @@ class Controller:
         the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
         if self._hostfile_can_wait(key, the_plan):
             the_plan = Plan()  # the sync the queue hands out later writes it
+        the_plan, held_for = self._recreates.hold(key, job.uid, the_plan, time.monotonic())
+        if held_for is not None:
+            log.info("children deleted again wait to be created", extra={"key": key, "seconds": held_for})
+            self.queue.add_after(key, held_for + 0.01)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(
@@ -368,6 +376,7 @@ class Controller:
             on_done=self._read_back,
         )
         self._after_execute(obj, job, the_plan, result)
+        self._recreates.record(key, job.uid, result, time.monotonic())
         failure_changed = self._remember_create_failure(key, job, result, observed.create_failure)
 
         # The caches now hold what we wrote (and the failure what the server refused): the status comes

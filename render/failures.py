@@ -47,7 +47,7 @@ def backoff_seconds(count: int) -> int:
         return 0
     if count > 10:  # 10 * 2**9 is past the cap already; no huge powers
         return BACKOFF_CAP_SECONDS
-    return min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (count - 1))
+    return min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS << (count - 1))
 
 
 def replace_at(record: WorkerFailure) -> datetime:

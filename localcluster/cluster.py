@@ -12,8 +12,6 @@ import signal
 import ssl
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +21,7 @@ import attrs
 from localcluster import pki
 from localcluster.binaries import STAGES_DIR, find_bin_dir
 from localcluster.nodes import DEFAULT_CAPACITY, node_manifest, node_ready, write_kwok_config
-from localcluster.processes import Proc, free_port, spawn
+from localcluster.processes import Proc, free_port, http_ok, spawn
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -238,7 +236,7 @@ class LocalCluster:
     def spawn_component(self, name: str, argv: list[str]) -> Proc:
         """Start one more process with the cluster's (e.g. Kueue): logged to logs/<name>.log, stopped by
         `stop()` (first, being the newest) and recorded in the state file for `down`."""
-        proc = self._spawn(name, argv)
+        proc = self.spawn(name, argv)
         if self.detached:
             self.write_state()
         return proc
@@ -278,7 +276,8 @@ class LocalCluster:
         assert self.bin_dir is not None
         return str(self.bin_dir / name)
 
-    def _spawn(self, name: str, argv: list[str]) -> Proc:
+    def spawn(self, name: str, argv: list[str]) -> Proc:
+        """Start a process logged to logs/<name>.log and stopped with the cluster."""
         proc = spawn(name, argv, self.log_dir / f"{name}.log", detached=self.detached)
         self.procs.append(proc)
         return proc
@@ -313,7 +312,7 @@ class LocalCluster:
         client, peer = free_port(), free_port()
         self.ports.update(etcd=client, etcd_peer=peer)
         client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-        proc = self._spawn(
+        proc = self.spawn(
             "etcd",
             [
                 self._bin("etcd"),
@@ -329,7 +328,7 @@ class LocalCluster:
                 "--log-level=warn",
             ],
         )
-        self._wait(proc, lambda: _http_ok(f"{client_url}/health"), "etcd /health")
+        self.wait_for(proc, lambda: http_ok(f"{client_url}/health"), "etcd /health")
 
     def _start_apiserver(self) -> None:
         p = self.pki_dir
@@ -371,14 +370,14 @@ class LocalCluster:
             ]
         argv += self.spec.apiserver_args
         self._apiserver_argv = argv
-        proc = self._spawn("kube-apiserver", argv)
+        proc = self.spawn("kube-apiserver", argv)
         ctx = self._admin_ssl()
-        self._wait(proc, lambda: _http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
+        self.wait_for(proc, lambda: http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
 
     def restart_apiserver(self, *, kill: bool = True, down: float = 0.0) -> float:
         """SIGKILL (or SIGTERM) kube-apiserver, wait ``down`` s, start it again on the same port and etcd;
         returns the seconds from the kill until it is ready again."""
-        old = self._proc("kube-apiserver")
+        old = self.proc("kube-apiserver")
         began = time.monotonic()
         if kill:
             old.stop(timeout=0)
@@ -388,7 +387,7 @@ class LocalCluster:
         proc = spawn("kube-apiserver", self._apiserver_argv, old.log, detached=self.detached, append=True)
         self.procs[self.procs.index(old)] = proc
         ctx = self._admin_ssl()
-        self._wait(proc, lambda: _http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
+        self.wait_for(proc, lambda: http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
         if self.detached:
             self.write_state()
         return time.monotonic() - began
@@ -405,7 +404,7 @@ class LocalCluster:
         self.ports.update(controller_manager=free_port(), scheduler=free_port())
         (self.work_dir / "kcm").mkdir(exist_ok=True)
         (self.work_dir / "scheduler").mkdir(exist_ok=True)
-        kcm = self._spawn(
+        kcm = self.spawn(
             "kube-controller-manager",
             [
                 self._bin("kube-controller-manager"),
@@ -420,7 +419,7 @@ class LocalCluster:
                 "--use-service-account-credentials=false",
             ],
         )
-        sched = self._spawn(
+        sched = self.spawn(
             "kube-scheduler",
             [
                 self._bin("kube-scheduler"),
@@ -432,14 +431,14 @@ class LocalCluster:
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs of the components themselves
-        self._wait(
+        self.wait_for(
             kcm,
-            lambda: _http_ok(f"https://127.0.0.1:{self.ports['controller_manager']}/healthz", insecure),
+            lambda: http_ok(f"https://127.0.0.1:{self.ports['controller_manager']}/healthz", insecure),
             "kube-controller-manager /healthz",
         )
-        self._wait(
+        self.wait_for(
             sched,
-            lambda: _http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", insecure),
+            lambda: http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", insecure),
             "kube-scheduler /healthz",
         )
 
@@ -447,7 +446,7 @@ class LocalCluster:
         from kubernetes import client
 
         config = write_kwok_config(self.work_dir / "kwok.yaml", STAGES_DIR)
-        kwok = self._spawn(
+        kwok = self.spawn(
             "kwok",
             [
                 self._bin("kwok"),
@@ -476,16 +475,17 @@ class LocalCluster:
                 }
                 return set(names) <= ready
 
-            self._wait(kwok, nodes_ready, f"{len(names)} kwok nodes Ready")
+            self.wait_for(kwok, nodes_ready, f"{len(names)} kwok nodes Ready")
             # The controller-manager's ServiceAccount controller works: pods can be created.
-            self._wait(
-                self._proc("kube-controller-manager"),
+            self.wait_for(
+                self.proc("kube-controller-manager"),
                 lambda: has_default_service_account(core, "default"),
                 "ServiceAccount default/default",
             )
 
     # -- helpers -----------------------------------------------------------------------------------------
-    def _proc(self, name: str) -> Proc:
+    def proc(self, name: str) -> Proc:
+        """The process started under `name`."""
         return next(p for p in self.procs if p.name == name)
 
     def _admin_ssl(self) -> ssl.SSLContext:
@@ -493,7 +493,8 @@ class LocalCluster:
         ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
         return ctx
 
-    def _wait(self, proc: Proc, check: Callable[[], bool], what: str) -> None:
+    def wait_for(self, proc: Proc, check: Callable[[], bool], what: str) -> None:
+        """Poll `check` until it holds; StartupError if `proc` exits or the startup timeout passes."""
         deadline = time.monotonic() + self.spec.startup_timeout
         while time.monotonic() < deadline:
             if not proc.alive():
@@ -504,14 +505,6 @@ class LocalCluster:
         raise StartupError(
             f"timed out after {self.spec.startup_timeout}s waiting for {what}:\n{proc.log_tail()}"
         )
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def has_default_service_account(core: Any, namespace: str) -> bool:

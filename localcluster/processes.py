@@ -8,8 +8,11 @@ import ctypes.util
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import attrs
@@ -134,3 +137,12 @@ def spawn(
         )
     started = start_time(popen.pid) or 0
     return Proc(name=name, pid=popen.pid, started=started, log=log, popen=popen)
+
+
+def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    """A readiness probe: the URL answers 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,7 +1,7 @@
 """Pure rendering of an MPIJob into its child objects and status. See docs/architecture.md."""
 
 from render.api import Config, MPIJob, SSHKey
-from render.core import render
+from render.core import render, render_with_status
 from render.errors import FieldError, ValidationError
 from render.events import Event, events
 from render.keys import generate_ssh_key
@@ -23,6 +23,7 @@ __all__ = [
     "next_wakeup",
     "parse_mpijob",
     "render",
+    "render_with_status",
     "status",
     "ttl_expired",
     "wanted_names",

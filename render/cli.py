@@ -1,4 +1,6 @@
-"""`python -m render FILE`: print every child manifest (or, with --status, the status) as YAML."""
+"""`mpijob render FILE`: print every child manifest of an MPIJob (or, with --status, its status) as YAML.
+
+Offline and pure: no cluster is read. `python -m render` runs it too."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import yaml
 from render.api import Config, SSHKey
 from render.bounds import CLUSTER_DOMAIN_MAX
 from render.core import render
-from render.errors import FieldError, ValidationError, one_line
+from render.errors import FieldError, ValidationError, one_line, quote
 from render.keys import generate_ssh_key, load_ssh_key
 from render.observed import Observed, check_objects
-from render.parse import MAX_DEPTH, quote, too_deep
+from render.parse import MAX_DEPTH, too_deep
 from render.status import status
 from render.timeutil import parse_time
 from render.yamlio import Loader, dump, dump_all, load_objects
@@ -23,8 +25,8 @@ from render.yamlio import Loader, dump, dump_all, load_objects
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mpijob-render", description=__doc__)
+def _parser(prog: str = "mpijob render") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__)
     p.add_argument("file", help="MPIJob manifest (YAML or JSON); - for stdin")
     p.add_argument("--observed", help="live objects: a YAML list, a kind: List, or multiple documents")
     p.add_argument("--status", action="store_true", help="print the status that would be written")
@@ -54,8 +56,8 @@ def run(
     return children, status(mpijob, observed, config)  # type: ignore[arg-type]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "mpijob render") -> int:
+    args = _parser(prog).parse_args(argv)
     try:
         if args.file == "-":
             text = sys.stdin.read()

@@ -34,12 +34,24 @@ def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     The status that decides cleanup and the launcher's suspension is computed here with status(), so the
     result does not depend on whether the caller wrote the status first (status() is idempotent).
     """
+    return render_with_status(mpijob, observed, config)[0]
+
+
+def render_with_status(
+    mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """render() and the status it was computed from: a caller that needs both computes the status once."""
     job = parse_mpijob(mpijob)
     if not job.uid:
         raise ValidationError([FieldError("metadata.uid", "Required value: children need an owner UID")])
+    st = status(job, observed, config)
     if job.managed_externally:
-        return []
-    conds = cond.clean(status(job, observed, config).get("conditions"))
+        return [], st
+    return _children(job, observed, config, st), st
+
+
+def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]) -> list[dict[str, Any]]:
+    conds = cond.clean(st.get("conditions"))
     finished = cond.is_finished(conds)
     failed = cond.find(conds, cond.FAILED)
     # Failed by the operator's own decision (deadline, unreachable workers): stop the launcher's pods.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
 
 import attrs
@@ -18,6 +19,14 @@ def one_line(text: str) -> str:
         else:
             out.append(ch.encode("unicode_escape").decode("ascii"))
     return "".join(out)
+
+
+def quote(value: object) -> str:
+    """A value as Kubernetes quotes it in error messages (control characters escaped: one line)."""
+    try:
+        return json.dumps(value, default=str)
+    except (ValueError, RecursionError):  # NaN is fine; only cycles and absurd nesting land here
+        return json.dumps(repr(value)[:200])
 
 
 @attrs.frozen

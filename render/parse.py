@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +9,9 @@ import yaml
 
 from render import bounds, names
 from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
-from render.errors import FieldError, ValidationError
+from render.defaults import apply_defaults
+from render.errors import FieldError, ValidationError, quote
+from render.validation import validate
 from render.yamlio import Loader
 
 INT32_MAX = bounds.INT32_MAX
@@ -75,14 +76,6 @@ class Reader:
             self.error(path, f"Invalid value: {value}: must be less than or equal to {maximum}")
             return None
         return value
-
-
-def quote(value: object) -> str:
-    """A value as Kubernetes quotes it in error messages (control characters escaped: one line)."""
-    try:
-        return json.dumps(value, default=str)
-    except (ValueError, RecursionError):  # NaN is fine; only cycles and absurd nesting land here
-        return json.dumps(repr(value)[:200])
 
 
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
@@ -263,9 +256,6 @@ def load_yaml(text: str) -> object:
 
 def parse_mpijob(obj: object) -> MPIJob:
     """Parse, apply defaults and validate; raises ValidationError listing every problem."""
-    from render.defaults import apply_defaults
-    from render.validation import validate
-
     if isinstance(obj, MPIJob):
         return obj
     job, errors = read_mpijob(obj)

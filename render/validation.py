@@ -7,9 +7,8 @@ from typing import Any
 
 from render import bounds, names, quantity
 from render.api import MPIJob, ReplicaSpec
-from render.errors import FieldError
+from render.errors import FieldError, quote
 from render.names import path_key
-from render.parse import quote
 
 RESTART_POLICIES = ("Never", "OnFailure")
 CLEAN_POD_POLICIES = ("All", "None", "Running")

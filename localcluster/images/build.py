@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,15 @@ MPICH_PREFIX = "/opt/mpich"
 PAUSE_IMAGE = "localhost/pause:local"
 # The name deploy/kustomization.yaml gives the operator's image, so `kubectl apply -k deploy/` runs it as is.
 OPERATOR_IMAGE = "docker.io/library/mpijob-operator:0.1.0"
-OPERATOR_SOURCES = ("pyproject.toml", "render", "reconcile")  # what the wheel holds (README: text only)
+
+
+def wheel_packages() -> tuple[str, ...]:
+    """The packages pyproject.toml puts in the operator wheel."""
+    with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+        return tuple(tomllib.load(f)["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+
+
+OPERATOR_SOURCES = ("pyproject.toml", *wheel_packages())  # what the wheel is built from (README: text only)
 # Part of every cache key: bump it when a change to this module changes what an image contains (the
 # module's own text is not hashed, so unrelated edits do not rebuild every image).
 RECIPE_REV = 1

@@ -7,21 +7,45 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from localcluster import pki
 from localcluster.binaries import find_node_bin_dir
 from localcluster.images import build as images
-from localcluster.processes import Proc, free_port, start_time
+from localcluster.processes import Proc, free_port, http_ok, start_time
 from localcluster.realnode import config, host
 from localcluster.realnode.host import BRIDGE_IP, NODE_LABEL, NODE_NAME, NodeUnavailable
 
 if TYPE_CHECKING:
-    from localcluster.cluster import LocalCluster
+    from kubernetes.client import ApiClient
 
 NODE_PROCS = ("containerd", "coredns", "kubelet", "apiserver-proxy")
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+
+
+class NodeCluster(Protocol):
+    """What the node needs of the cluster that starts it (LocalCluster has it; the cluster imports us)."""
+
+    work_dir: Path
+    server: str
+    ports: dict[str, int]
+    procs: list[Proc]
+
+    @property
+    def pki_dir(self) -> Path: ...
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    def api_client(self) -> ApiClient: ...
+
+    def spawn(self, name: str, argv: list[str]) -> Proc: ...
+
+    def proc(self, name: str) -> Proc: ...
+
+    def wait_for(self, proc: Proc, check: Callable[[], bool], what: str) -> None: ...
 
 
 class NodeBusy(NodeUnavailable):
@@ -82,7 +106,7 @@ def _stop_entries(entries: list[dict]) -> None:
 
 
 class RealNode:
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: NodeCluster) -> None:
         self.cluster = cluster
         self.node_bin: Path | None = None
 
@@ -134,9 +158,9 @@ class RealNode:
         cfg = host.RUN_DIR / "containerd.toml"
         cfg.write_text(config.containerd_config(images.PAUSE_IMAGE))
         (config.CNI_CONF_DIR / "10-mpijob-node.conflist").write_text(config.cni_conflist())
-        proc = self.cluster._spawn("containerd", ["containerd", "--config", str(cfg)])
+        proc = self.cluster.spawn("containerd", ["containerd", "--config", str(cfg)])
         self._record(owner, proc)
-        self.cluster._wait(
+        self.cluster.wait_for(
             proc, lambda: host.SOCKET.exists() and _ctr("version").returncode == 0, "containerd socket"
         )
         # Containers of a crashed run may still be in the (kept) store.
@@ -182,17 +206,15 @@ class RealNode:
         self.cluster.ports.update(coredns_health=health, coredns_ready=ready)
         corefile = host.RUN_DIR / "Corefile"
         corefile.write_text(config.corefile(self.cluster.kubeconfig, health, ready))
-        proc = self.cluster._spawn("coredns", [str(self.node_bin / "coredns"), "-conf", str(corefile)])
+        proc = self.cluster.spawn("coredns", [str(self.node_bin / "coredns"), "-conf", str(corefile)])
         self._record(owner, proc)
-        from localcluster.cluster import _http_ok
-
-        self.cluster._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{ready}/ready"), "CoreDNS /ready")
+        self.cluster.wait_for(proc, lambda: http_ok(f"http://127.0.0.1:{ready}/ready"), "CoreDNS /ready")
 
     def _start_api_proxy(self, owner: dict) -> None:
         target = self.cluster.server.removeprefix("https://")
         listen = f"{BRIDGE_IP}:{host.API_PROXY_PORT}"
         argv = [sys.executable, "-m", "localcluster.realnode.apiproxy", listen, target]
-        proc = self.cluster._spawn("apiserver-proxy", argv)
+        proc = self.cluster.spawn("apiserver-proxy", argv)
         self._record(owner, proc)
 
     def _start_kubelet(self, owner: dict) -> None:
@@ -251,7 +273,7 @@ class RealNode:
             f"--node-labels={NODE_LABEL}=true",
             "--v=1",
         ]
-        proc = self.cluster._spawn("kubelet", argv)
+        proc = self.cluster.spawn("kubelet", argv)
         self._record(owner, proc)
 
     def _wait_node_ready(self) -> None:
@@ -269,7 +291,7 @@ class RealNode:
                     return False
                 return node_ready(api.sanitize_for_serialization(node))
 
-            self.cluster._wait(self.cluster._proc("kubelet"), ready, f"node {NODE_NAME} Ready")
+            self.cluster.wait_for(self.cluster.proc("kubelet"), ready, f"node {NODE_NAME} Ready")
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> list[str]:
@@ -300,7 +322,7 @@ class RealNode:
         return left
 
 
-def node_rss_bytes(cluster: LocalCluster) -> dict[str, int]:
+def node_rss_bytes(cluster: NodeCluster) -> dict[str, int]:
     """RSS of the node's processes (and the shims, summed as "shims")."""
     out = {p.name: p.rss_bytes() for p in cluster.procs if p.name in NODE_PROCS}
     shims = 0

@@ -14,25 +14,27 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 from kubernetes.dynamic import DynamicClient
 
 import render
 from reconcile.engine import managedfields
-from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
 from reconcile.mpijob.cacheform import transform_for
-from reconcile.mpijob.metrics import Metrics
-from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER, POLICY
-from reconcile.mpijob.recreate import Recreates
-from reconcile.mpijob.syncstate import (
-    condition_true,
-    is_managed_externally,
-    launcher_resume_needs_start_time_cleared,
-    only_counts_changed,
-    status_changed,
-    worth_writing,
+from reconcile.mpijob.decide import (
+    Action,
+    Decision,
+    StatusDecision,
+    decide,
+    needs_fresh_key,
+    remember,
+    settle,
 )
+from reconcile.mpijob.memory import JobMemory
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, podgroup_resource
+from reconcile.mpijob.syncstate import condition_true, status_changed
 from reconcile.runtime import events as ev
 from reconcile.runtime.discovery import static_client
 from reconcile.runtime.events import EventRecorder
@@ -45,10 +47,8 @@ from reconcile.runtime.kube import (
     MPIJOB,
     POD,
     PRIORITY_CLASS,
-    SCHED_PLUGINS_PODGROUP,
     SECRET,
     SERVICE,
-    VOLCANO_PODGROUP,
     ApiError,
     Kube,
     Resource,
@@ -57,29 +57,16 @@ from reconcile.runtime.kube import (
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
-from render import failures, names
+from render import names
 from render.errors import one_line
-from render.observed import CreateFailure, WorkerFailure
 from render.status import MAX_MESSAGE
 from render.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
-CHILD_SELECTOR = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 # A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
 SYNC_FAILURES_FOR_CONDITION = 3
-# A status change in replica counts alone, or a ConfigMap patch alone (the hostfile), waits this long for
-# more (pods start one by one), then is written.
-STATUS_COALESCE_SECONDS = 1.0
 SYNC_FAILED = "SyncFailed"
-# A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
-MAX_WAKEUP_SECONDS = 24 * 3600.0
-
-
-def podgroup_resource(gang_scheduling: str) -> Resource | None:
-    if not gang_scheduling:
-        return None
-    return VOLCANO_PODGROUP if gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP
 
 
 class Controller:
@@ -96,6 +83,7 @@ class Controller:
         queue_burst: int = 100,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
+        writer: DynamicClient | None = None,
     ) -> None:
         self.kube = kube
         self.config = config
@@ -134,26 +122,12 @@ class Controller:
         for inf in self.children.values():
             inf.add_handler(self._on_child)
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
-        self._client: DynamicClient | None = None
+        self._client: DynamicClient | None = writer
         self._workers: list[threading.Thread] = []
-        # key -> when a counts-only status change (a hostfile-only ConfigMap patch) first waited
-        self._status_waiting: dict[str, float] = {}
-        self._hostfile_waiting: dict[str, float] = {}
-        # One fresh SSH key per job until its Secret shows up, so a retried sync renders the same Secret.
-        self._fresh_keys: dict[str, render.SSHKey] = {}
-        # job uid -> wanted names a create found taken by objects our watches cannot see
-        self._taken: dict[str, dict[tuple[Resource, str], bool]] = {}
-        # key -> (job uid, the create the API server refused in the job's last sync): status shows it
-        self._create_failures: dict[str, tuple[str, CreateFailure]] = {}
-        # key -> (job uid, its workers' failures so far): the back-off and the bound; lost on a restart
-        self._worker_failures: dict[str, tuple[str, tuple[WorkerFailure, ...]]] = {}
-        # creates of children someone else keeps deleting, held with back-off
-        self._recreates = Recreates()
-        # key -> syncs failed in a row
-        self._sync_failures: dict[str, int] = {}
+        # key -> everything its syncs remember (reconcile.mpijob.memory): the only state between syncs
+        self._memory: dict[str, JobMemory] = {}
         self._stopped = threading.Event()
         self._started = threading.Event()
-        self._synced: dict[str, str] = {}  # key -> resourceVersion the last finished sync read
 
     # -- informers and handlers ----------------------------------------------------------------------
     def _list_watch_error(self, informer: str, code: str) -> None:
@@ -249,7 +223,9 @@ class Controller:
         try:
             self.sync(key)
             self.queue.forget(key)
-            if self._sync_failures.pop(key, 0) >= SYNC_FAILURES_FOR_CONDITION:
+            failures = self._memory.get(key, JobMemory()).sync_failures
+            self._remember(key, lambda m: attrs.evolve(m, sync_failures=0))
+            if failures >= SYNC_FAILURES_FOR_CONDITION:
                 self._clear_sync_failed(key)
         except NotLeader as err:
             # The fence refused a write: leadership lapsed (the API server is unreachable) or ended.
@@ -269,18 +245,27 @@ class Controller:
         finally:
             self.metrics.reconcile_duration.labels(result=result).observe(time.monotonic() - start)
             if seen is None:
-                self._synced.pop(key, None)
-                self._status_waiting.pop(key, None)
-                self._hostfile_waiting.pop(key, None)
-            elif key not in self._status_waiting and key not in self._hostfile_waiting:
-                # a sync that held a write back has not finished with this version yet
-                self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
+                self._memory.pop(key, None)
+            else:
+                mem = self._memory.get(key)
+                if mem is not None and mem.status_held_since is None and mem.hostfile_held_since is None:
+                    # a sync that held a write back has not finished with this version yet
+                    version = str(seen["metadata"].get("resourceVersion", ""))
+                    self._memory[key] = attrs.evolve(mem, synced_version=version)
+
+    def _remember(self, key: str, change: Callable[[JobMemory], JobMemory]) -> None:
+        self._memory[key] = change(self._memory.get(key, JobMemory()))
+
+    def memory(self, key: str) -> JobMemory | None:
+        """What the syncs of ``key`` remember (read-only: a frozen value)."""
+        return self._memory.get(key)
 
     def synced_version(self, key: str) -> str | None:
         """The resourceVersion of the MPIJob ``key`` that the last finished sync acted on (one that held a
         status or hostfile write back for up to a second does not count until it is written): proof for tests
         that the operator has processed a given event (served at /debug/synced?key=ns/name)."""
-        return self._synced.get(key)
+        mem = self._memory.get(key)
+        return mem.synced_version if mem is not None else None
 
     # -- failed syncs, shown on the job --------------------------------------------------------------
     def _report_sync_error(self, key: str, err: Exception) -> None:
@@ -288,7 +273,8 @@ class Controller:
         a retry the job's status and events already explain; a 409 is an ordinary stale write."""
         reason = _error_reason(err)
         self.metrics.sync_errors.labels(reason=reason).inc()
-        count = self._sync_failures[key] = self._sync_failures.get(key, 0) + 1
+        self._remember(key, lambda m: attrs.evolve(m, sync_failures=m.sync_failures + 1))
+        count = self._memory[key].sync_failures
         if isinstance(err, SyncError) or (isinstance(err, ApiError) and err.status == 409):
             return
         obj = self.mpijobs.store.get(key)
@@ -310,10 +296,9 @@ class Controller:
         if status == rcond.FALSE and rcond.find(conds, SYNC_FAILED) is None:
             return
         now = format_time(self._now())
-        new = {
-            **old,
-            "conditions": rcond.set_condition(conds, SYNC_FAILED, status, reason, message[:MAX_MESSAGE], now),
-        }
+        conds = rcond.set_condition(conds, SYNC_FAILED, status, reason, message[:MAX_MESSAGE], now)
+        # The job's state stays last: `kubectl get mpijobs` reads its State column there.
+        new = {**old, "conditions": rcond.state_last(conds)}
         if not status_changed(old, new):
             return
         try:
@@ -321,50 +306,48 @@ class Controller:
         except Exception as exc:  # the status write may be what fails; the event and the log still tell
             log.warning("condition %s not written", SYNC_FAILED, extra={"error": str(exc)})
 
-    # -- the sync -----------------------------------------------------------------------------------
+    # -- the sync: observe -> decide -> execute -> remember -------------------------------------------
     def sync(self, key: str) -> None:
         obj = self.mpijobs.store.get(key)
         if obj is None:
             self.metrics.remove_job_info(key)
-            self._create_failures.pop(key, None)
-            self._worker_failures.pop(key, None)
-            self._recreates.forget(key)
-            return
-        meta = obj.get("metadata") or {}
-        if meta.get("deletionTimestamp") or is_managed_externally(obj):
+            self._memory.pop(key, None)
             return
         now = self._now()
+        memory = self._memory.get(key, JobMemory()).for_job(str((obj.get("metadata") or {}).get("uid", "")))
+        children, memory = self.observe(obj, memory)
+        decision = decide(obj, children, memory, now, self.config, field_manager=self.field_manager)
+        self._memory[key] = decision.memory
+        if decision.action is Action.IGNORE:
+            return
+        if decision.action is Action.DELETE_JOB:
+            self._delete_expired(key, obj)
+            return
+        assert decision.status is not None
+        if decision.action is Action.INVALID:
+            self._finish_status(key, obj, decision.status)
+            return
+        self._execute(key, obj, now, decision)
+
+    def observe(self, obj: dict[str, Any], memory: JobMemory) -> tuple[list[dict[str, Any]], JobMemory]:
+        """The job's live children from the caches (plus names held by objects our watches cannot see, read
+        from the API server) and, for a Secret not created yet, fresh key material."""
         try:
             job = render.parse_mpijob(obj)
         except render.ValidationError:
-            self._invalid(obj, now)
-            return
+            return [], memory
         children = self.children_of(job)
-        children += self._held_names(job, children)
-        observed = self._observe(job, children, now, self._remembered_failure(key, job))
-        old_status = obj.get("status") or {}
-        known = render.status(job, observed, self.config)  # decides TTL; written only after the children
+        held, taken = self._held_names(job, children, memory.taken)
+        children += held
+        memory = attrs.evolve(memory, taken=taken)
+        if needs_fresh_key(obj, children, memory):
+            memory = attrs.evolve(memory, fresh_ssh_key=render.generate_ssh_key())
+        return children, memory
 
-        if render.ttl_expired(job, known, now):
-            log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
-            try:
-                self.kube.delete(MPIJOB, job.namespace, job.name, uid=job.uid)
-            except ApiError as err:
-                if err.status not in (404, 409):
-                    raise
-            return
-
-        # Children first, status last (upstream's order): Created=True then means the children exist.
-        desired = render.render(job, observed, self.config)
-        live = [o for o in children if o.get("kind") != "PriorityClass"]
-        live = self._clear_launcher_start_time(desired, live)
-        the_plan = plan(desired, live, POLICY, job.uid, field_manager=self.field_manager)
-        if self._hostfile_can_wait(key, the_plan):
-            the_plan = Plan()  # the sync the queue hands out later writes it
-        the_plan, held_for = self._recreates.hold(key, job.uid, the_plan, time.monotonic())
-        if held_for is not None:
-            log.info("children deleted again wait to be created", extra={"key": key, "seconds": held_for})
-            self.queue.add_after(key, held_for + 0.01)
+    def _execute(self, key: str, obj: dict[str, Any], now: datetime, decision: Decision) -> None:
+        the_plan = decision.plan
+        if decision.clear_start_time is not None:
+            self._clear_launcher_start_time(decision.clear_start_time)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
         result = execute(
@@ -375,41 +358,49 @@ class Controller:
             create_rules=CREATE_RULES,
             on_done=self._read_back,
         )
-        self._after_execute(obj, job, the_plan, result)
-        self._recreates.record(key, job.uid, result, time.monotonic())
-        failure_changed = self._remember_create_failure(key, job, result, observed.create_failure)
+        self._after_execute(obj, the_plan, result)
+        memory = remember(decision.memory, the_plan, result, now)
+        self._memory[key] = memory
 
-        # The caches now hold what we wrote (and the failure what the server refused): the status comes
-        # from the world after the writes, in this sync's one status write.
-        if the_plan.writes or failure_changed:
-            children = self.children_of(job)
-            children += self._held_names(job, children)
-            observed = self._observe(job, children, now, self._remembered_failure(key, job))
-        new_status = (
-            render.status(job, observed, self.config) if the_plan.writes or failure_changed else known
+        status = decision.status
+        assert status is not None
+        if the_plan.writes or memory.create_failure != decision.memory.create_failure:
+            # The caches now hold what we wrote (and the memory what the server refused): the status comes
+            # from the world after the writes, in this sync's one status write.
+            children, memory = self.observe(obj, memory)
+            status, memory = settle(obj, children, memory, now, self.config)
+            self._memory[key] = memory
+        self._finish_status(key, obj, status)
+
+        meta = obj["metadata"]
+        launcher = self.children[JOB].store.get(
+            f"{meta.get('namespace', '')}/{names.launcher_name(meta['name'])}"
         )
-        if worth_writing(old_status, new_status):
-            if self._status_can_wait(key, old_status, new_status):
-                new_status = old_status  # the sync the queue hands out later writes it
-            else:
-                obj = self._write_status(obj, new_status)
-        else:
-            self._status_waiting.pop(key, None)
-        self._record(obj, old_status, new_status)
-
-        if self._owned_launcher(job, live) is not None or any(
-            o.key.kind == "Job" and o.result == "created" for o in result.done
-        ):
-            self.metrics.set_job_info(key, names.launcher_name(job.name), job.namespace)
-        self._remember_worker_failures(key, job, observed)
-        wake = render.next_wakeup(job, new_status, now, observed)
-        if wake is not None:
-            delay = min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + 0.01)
-            self.queue.add_after(key, delay)
+        if launcher is not None and (controller_ref(launcher) or {}).get("uid") == meta.get("uid"):
+            self.metrics.set_job_info(key, names.launcher_name(meta["name"]), str(meta.get("namespace", "")))
+        wakes = [
+            w for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake) if w is not None
+        ]
+        if wakes:
+            self.queue.add_after(key, min(wakes))
         if the_plan.conflicts:
             raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
         if not result.ok:
             raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
+
+    def _finish_status(self, key: str, obj: dict[str, Any], status: StatusDecision) -> None:
+        if status.write:
+            obj = self._write_status(obj, status.new)
+        self._record(obj, status.old, status.shown)
+
+    def _delete_expired(self, key: str, obj: dict[str, Any]) -> None:
+        log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
+        meta = obj["metadata"]
+        try:
+            self.kube.delete(MPIJOB, meta.get("namespace", ""), meta["name"], uid=meta.get("uid"))
+        except ApiError as err:
+            if err.status not in (404, 409):
+                raise
 
     def _executor_client(self) -> DynamicClient:
         if self._client is None:
@@ -441,30 +432,28 @@ class Controller:
         by_kind = {res.kind: res for res in self.children}
         return [(by_kind[kind], name) for kind, name in render.wanted_names(job, self.config)]
 
-    def _held_names(self, job: Any, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _held_names(
+        self, job: Any, children: list[dict[str, Any]], taken: frozenset[tuple[str, str]]
+    ) -> tuple[list[dict[str, Any]], frozenset[tuple[str, str]]]:
         """Objects holding wanted names that are not our children: from the caches, or, for objects
         without our labels (invisible to the label-filtered watches), from the names a create of ours
-        found taken earlier (re-read on every sync of this job, dropped once gone)."""
+        found taken earlier (read on every sync of this job, forgotten once gone). Returns them and the
+        names still to read."""
         have = {(o.get("kind"), o["metadata"].get("name")) for o in children}
         out: list[dict[str, Any]] = []
-        taken = self._taken.get(job.uid, {})
+        still: set[tuple[str, str]] = set()
         for res, name in self.wanted(job):
             if (res.kind, name) in have:
-                taken.pop((res, name), None)
                 continue
             cached = self.children[res].store.get(f"{job.namespace}/{name}")
             if cached is not None:
-                taken.pop((res, name), None)
                 out.append(cached)
-            elif (res, name) in taken:
+            elif (res.kind, name) in taken:
                 found = self._read(res, job.namespace, name)
-                if found is None:
-                    taken.pop((res, name), None)
-                else:
+                if found is not None:
                     out.append(found)
-        if not taken:
-            self._taken.pop(job.uid, None)
-        return out
+                    still.add((res.kind, name))
+        return out, frozenset(still)
 
     def _read(self, res: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -477,84 +466,6 @@ class Controller:
         found.setdefault("kind", res.kind)
         return managedfields.slim(found)
 
-    def _remembered_failure(self, key: str, job: Any) -> CreateFailure | None:
-        """The create the server refused in an earlier sync of this very job (same uid), if any."""
-        remembered = self._create_failures.get(key)
-        return remembered[1] if remembered is not None and remembered[0] == job.uid else None
-
-    def _remember_create_failure(
-        self, key: str, job: Any, result: ExecResult, before: CreateFailure | None
-    ) -> bool:
-        """Keep the first create the server refused in this sync for the next status; True if changed."""
-        failed = next((f for f in result.failures if f.verb == "create"), None)
-        if failed is None:
-            self._create_failures.pop(key, None)
-            return before is not None
-        refused = CreateFailure(
-            kind=failed.key.kind,
-            name=failed.key.name,
-            code=failed.code,
-            message=failed.message,
-            permanent=failed.permanent,
-            causes=failed.causes,
-        )
-        self._create_failures[key] = (job.uid, refused)
-        return refused != before
-
-    def _remember_worker_failures(self, key: str, job: Any, observed: render.Observed) -> None:
-        records = failures.count(job, observed)
-        if records:
-            self._worker_failures[key] = (job.uid, records)
-        else:
-            self._worker_failures.pop(key, None)
-
-    def _observe(
-        self,
-        job: Any,
-        children: list[dict[str, Any]],
-        now: datetime,
-        create_failure: CreateFailure | None = None,
-    ) -> render.Observed:
-        has_secret = any(
-            o.get("kind") == "Secret"
-            and o["metadata"].get("name") == names.ssh_secret_name(job.name)
-            and (controller_ref(o) or {}).get("uid") == job.uid
-            for o in children
-        )
-        if has_secret:
-            self._fresh_keys.pop(job.uid, None)
-            key = None
-        else:
-            key = self._fresh_keys.get(job.uid)
-            if key is None:
-                key = self._fresh_keys[job.uid] = render.generate_ssh_key()
-        remembered = self._worker_failures.get(f"{job.namespace}/{job.name}")
-        return render.Observed.from_objects(
-            children,
-            now=now,
-            fresh_ssh_key=key,
-            create_failure=create_failure,
-            worker_failures=remembered[1] if remembered is not None and remembered[0] == job.uid else (),
-        )
-
-    def _owned_launcher(self, job: Any, live: list[dict[str, Any]]) -> dict[str, Any] | None:
-        for o in live:
-            if (
-                o.get("kind") == "Job"
-                and o["metadata"].get("name") == names.launcher_name(job.name)
-                and (controller_ref(o) or {}).get("uid") == job.uid
-            ):
-                return o
-        return None
-
-    def _invalid(self, obj: dict[str, Any], now: datetime) -> None:
-        """Failed/ValidationError through render's status, and the Warning event render derives from it."""
-        old_status = obj.get("status") or {}
-        new_status = render.status(obj, render.Observed.from_objects((), now=now), self.config)
-        if status_changed(old_status, new_status):
-            obj = self._write_status(obj, new_status)
-        self._record(obj, old_status, new_status)
-
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         body = copy.deepcopy(obj)
         body["status"] = status
@@ -563,34 +474,6 @@ class Controller:
         updated.setdefault("kind", MPIJOB.kind)
         self.mpijobs.observe(updated)
         return updated
-
-    def _status_can_wait(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        """Replica counts alone changed: hold the write up to STATUS_COALESCE_SECONDS from the first such
-        change (the key is queued for then), so the pods of a job starting one by one cost one write. A
-        job's first status waits as long: a client that updates the MPIJob it just created (with the
-        create's resourceVersion) must not meet a conflict of ours, as it never did at upstream's 5 QPS."""
-        first = not (old or {}).get("conditions") and not condition_true(new, "Failed")  # failures at once
-        return self._can_wait(self._status_waiting, key, first or only_counts_changed(old, new))
-
-    def _hostfile_can_wait(self, key: str, the_plan: Plan) -> bool:
-        """The plan only rewrites the ConfigMap (its hostfile lists the Running workers, which start one
-        by one): held as a counts-only status change is."""
-        only_configmap = bool(the_plan.patches) and the_plan.writes == len(the_plan.patches)
-        only_configmap = only_configmap and not the_plan.conflicts and not the_plan.waits
-        only_configmap = only_configmap and all(p.key.kind == "ConfigMap" for p in the_plan.patches)
-        return self._can_wait(self._hostfile_waiting, key, only_configmap)
-
-    def _can_wait(self, waiting: dict[str, float], key: str, holdable: bool) -> bool:
-        if not holdable:
-            waiting.pop(key, None)
-            return False
-        now = time.monotonic()
-        since = waiting.setdefault(key, now)
-        if now - since >= STATUS_COALESCE_SECONDS:
-            waiting.pop(key, None)
-            return False
-        self.queue.add_after(key, since + STATUS_COALESCE_SECONDS - now + 0.01)
-        return True
 
     def _record(self, obj: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
         for e in render.events(obj, old, new):
@@ -606,13 +489,8 @@ class Controller:
         ):
             self.metrics.jobs_failed.inc()
 
-    def _clear_launcher_start_time(
-        self, desired: list[dict[str, Any]], live: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+    def _clear_launcher_start_time(self, target: dict[str, Any]) -> None:
         """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
-        target = launcher_resume_needs_start_time_cleared(desired, live)
-        if target is None:
-            return live
         meta = target["metadata"]
         log.info("clearing the launcher Job's startTime to resume", extra={"job": meta["name"]})
         updated = self.kube.patch(
@@ -626,7 +504,6 @@ class Controller:
         updated.setdefault("apiVersion", JOB.api_version)
         updated.setdefault("kind", JOB.kind)
         self.children[JOB].observe(updated)
-        return [updated if o is target else o for o in live]
 
     def _read_back(self, outcome: Outcome) -> None:
         """A write's answer into the caches at once (the next sync must not plan it again), not held in
@@ -638,7 +515,7 @@ class Controller:
         if inf is not None:
             inf.observe(written)
 
-    def _after_execute(self, obj: dict[str, Any], job: Any, the_plan: Plan, result: ExecResult) -> None:
+    def _after_execute(self, obj: dict[str, Any], the_plan: Plan, result: ExecResult) -> None:
         for outcome in result.done:  # answers that did not go through on_done (none, from execute)
             self._read_back(outcome)
         for conflict in the_plan.conflicts:
@@ -653,13 +530,6 @@ class Controller:
             # Upstream emits no events for routine child writes; failures are worth telling.
             if data.type == ev.WARNING and data.reason != "ErrResourceExists":
                 self.recorder.event(obj, data.type, data.reason, data.message)
-        if result.replan:
-            # A create met an existing object: remember the name so the next sync reads who holds it.
-            settled = {o.key for o in result.done} | {f.key for f in result.failures}
-            for create in the_plan.creates:
-                if create.key not in settled:
-                    res = resource_for(create.api_version, create.key.kind)
-                    self._taken.setdefault(job.uid, {})[(res, create.key.name)] = True
 
     def _informer_for(self, obj: Mapping[str, Any]) -> Informer | None:
         try:

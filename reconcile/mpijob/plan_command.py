@@ -1,9 +1,9 @@
-"""`mpijob-render --plan NAME`: what the operator would do now for a live MPIJob, read-only.
+"""`mpijob plan NAME`: what the operator would do now for a live MPIJob, read-only.
 
-It reads the MPIJob and its children from the API server (GET and LIST only), renders them as the
-operator does and prints the plan the operator's own differ computes: creates, patches with their JSON
-patches, deletes, conflicts (names held by objects the job does not own), plus the status change. It writes
-nothing. Exit 0 when the operator would write nothing, 1 when it would, 2 on bad input (as `kubectl diff`).
+It reads the MPIJob and its children from the API server (GET and LIST only), and prints what the
+operator's own ``decide`` makes of them: creates, patches with their JSON patches, deletes, conflicts
+(names held by objects the job does not own), plus the status change. It writes nothing. Exit 0 when
+the operator would write nothing, 1 when it would, 2 on bad input (as `kubectl diff`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import jsonpatch
 import yaml
 
 import render
 from reconcile.engine import managedfields
-from reconcile.engine.differ import plan
-from reconcile.mpijob.controller import CHILD_SELECTOR, podgroup_resource
-from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
-from reconcile.mpijob.syncstate import launcher_resume_needs_start_time_cleared
+from reconcile.mpijob.decide import Action, decide, needs_fresh_key
+from reconcile.mpijob.memory import JobMemory
+from reconcile.mpijob.policy import CHILD_SELECTOR, podgroup_resource
 from reconcile.runtime.informer import controller_ref
 from reconcile.runtime.kube import (
     CONFIGMAP,
@@ -35,11 +35,15 @@ from reconcile.runtime.kube import (
     Kube,
     api_client,
 )
-from render import names
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mpijob-render --plan", description=__doc__, allow_abbrev=False)
+def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("name", help="the MPIJob: NAME or NAMESPACE/NAME")
     p.add_argument(
         "-n", "--namespace", default="", help="its namespace (default: the kubeconfig's, else default)"
@@ -86,33 +90,32 @@ def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str,
 
 
 def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.Config, now: datetime) -> dict:
-    """The report: the status patch and the plan, as the operator's sync computes them."""
-    job = render.parse_mpijob(mpijob)
-    has_secret = any(
-        o.get("kind") == "Secret" and o["metadata"].get("name") == names.ssh_secret_name(job.name)
-        for o in live
-    )
-    key = None if has_secret else render.generate_ssh_key()
-    observed = render.Observed.from_objects(live, now=now, fresh_ssh_key=key)
-    old = mpijob.get("status") or {}
-    new = render.status(job, observed, config)
-    desired = render.render(job, observed, config)
-    children = [o for o in live if o.get("kind") != "PriorityClass"]
-    report: dict[str, Any] = {"mpijob": f"{job.namespace}/{job.name}"}
-    report["status"] = jsonpatch.make_patch(old, new).patch
-    if launcher_resume_needs_start_time_cleared(desired, children) is not None:
+    """The report of the operator's own decision (reconcile.mpijob.decide) on this state."""
+    memory = JobMemory(uid=str((mpijob.get("metadata") or {}).get("uid", "")))
+    if needs_fresh_key(mpijob, live, memory):
+        memory = attrs.evolve(memory, fresh_ssh_key=render.generate_ssh_key())
+    decision = decide(mpijob, live, memory, now, config)
+    meta = mpijob.get("metadata") or {}
+    report: dict[str, Any] = {"mpijob": f"{meta.get('namespace', '')}/{meta.get('name', '')}"}
+    status = decision.status
+    report["status"] = jsonpatch.make_patch(status.old, status.new).patch if status is not None else []
+    if decision.clear_start_time is not None:
         report["before"] = ["clear the launcher Job's status.startTime (resume)"]
-    the_plan = plan(desired, children, POLICY, job.uid, field_manager=FIELD_MANAGER)
-    report["plan"] = the_plan.to_dict()
-    report["summary"] = str(the_plan)
-    report["writes"] = the_plan.writes + (1 if report["status"] else 0) + len(report.get("before", ()))
-    if render.ttl_expired(job, new, now):
+    report["plan"] = decision.plan.to_dict()
+    report["summary"] = str(decision.plan)
+    if decision.hostfile_held:
+        report["held"] = "a hostfile-only ConfigMap patch is held up to 1 s to be written with the next ones"
+    report["writes"] = decision.plan.writes + (1 if report["status"] else 0) + len(report.get("before", ()))
+    if decision.action is Action.DELETE_JOB:
         report["ttl"] = "expired: the operator deletes the MPIJob"
+        report["writes"] += 1
+    elif decision.action is Action.IGNORE:
+        report["ignored"] = "deleted, or managed by another controller (spec.runPolicy.managedBy)"
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
+    args = _parser(prog).parse_args(argv)
     namespace, _, name = args.name.rpartition("/")
     try:
         client = api_client(args.kubeconfig, "")
@@ -120,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         kube = Kube(client, qps=0)
         config = render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
         mpijob = kube.get(MPIJOB, namespace, name)
-        report = compute(
-            mpijob, live_children(kube, render.parse_mpijob(mpijob), config), config, datetime.now(UTC)
-        )
+        job = render.parse_mpijob(mpijob)  # an invalid spec is bad input here: its errors, exit 2
+        report = compute(mpijob, live_children(kube, job, config), config, datetime.now(UTC))
     except render.ValidationError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

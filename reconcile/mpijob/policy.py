@@ -12,6 +12,8 @@ from typing import Final
 
 from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
+from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, Resource
+from render import names
 
 FIELD_MANAGER: Final = "mpijob-operator"
 
@@ -55,3 +57,13 @@ CREATE_RULES: Final = CreateRules(
         frozenset({"ServiceAccount", "Role", "RoleBinding", "Service", "ConfigMap", "Secret", "PodGroup"}),
     ),
 )
+
+
+# The label every child carries: the child informers watch only these.
+CHILD_SELECTOR: Final = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
+
+
+def podgroup_resource(gang_scheduling: str) -> Resource | None:
+    if not gang_scheduling:
+        return None
+    return VOLCANO_PODGROUP if gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP

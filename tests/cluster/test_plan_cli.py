@@ -1,4 +1,4 @@
-"""L1: `mpijob-render --plan` prints what the operator would do for a live MPIJob and writes nothing; the
+"""L1: `mpijob plan` prints what the operator would do for a live MPIJob and writes nothing; the
 README's `kubectl diff` one-liner shows no difference once the operator converged, and drift after."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DIFF_ONE_LINER = (
 
 def plan(kubeconfig: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        [sys.executable, "-m", "reconcile.cli", "--plan", "--kubeconfig", str(kubeconfig), *args],
+        [sys.executable, "-m", "reconcile.cli", "plan", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=60,

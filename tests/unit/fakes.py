@@ -61,6 +61,12 @@ class FakeKube:
         self.objects[key] = obj
         return json.loads(json.dumps(obj))
 
+    def delete(self, res: Resource, namespace, name, *, uid=None):
+        self.calls.append(("delete", res.kind, name))
+        self._check("delete")
+        if self.objects.pop((res.plural, namespace or "", name), None) is None:
+            raise ApiError(404, "Not Found", json.dumps({"code": 404}))
+
     def patch(self, res: Resource, namespace, name, body, *, content_type="", subresource=None, **query):
         self.calls.append(("patch", res.kind, name))
         self._check("patch")

@@ -103,3 +103,28 @@ def test_errors_in_a_stream_name_their_job():
     code, out, err = run_cli(_fixed(), stdin=_stream() + "---\n" + bad)
     assert code == 2 and out == ""
     assert err and all(line.startswith("default/") for line in err.splitlines())
+
+
+def _mpijob(*args: str, argv0: str = "mpijob") -> subprocess.CompletedProcess:
+    code = (
+        f"import sys; sys.argv[0] = {argv0!r}\nfrom reconcile.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_one_cli_lists_render_and_plan():
+    proc = _mpijob("--help")
+    assert proc.returncode == 0
+    assert "render FILE" in proc.stdout and "plan NAME" in proc.stdout
+    plugin = _mpijob("--help", argv0="/usr/local/bin/kubectl-mpijob")
+    assert plugin.stdout.startswith("usage: kubectl mpijob {render,plan}")
+    assert "kubectl mpijob plan" in _mpijob("plan", "--help", argv0="kubectl-mpijob").stdout
+    unknown = _mpijob("diff")
+    assert unknown.returncode == 2 and "unknown command 'diff'" in unknown.stderr
+
+
+def test_mpijob_render_prints_the_golden_children():
+    proc = _mpijob("render", *case_args("openmpi-pi"))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == (GOLDEN / "openmpi-pi" / "children.yaml").read_text()
+    assert "usage: mpijob render" in _mpijob("render", "--help").stdout

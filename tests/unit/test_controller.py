@@ -1,5 +1,5 @@
-"""Controller logic that needs no server: event → key mapping, the policy data, SSH key reuse across
-retries, and names held by objects our watches cannot see."""
+"""Controller logic that needs no server: event → key mapping, the policy data, and the observe step
+(SSH key reuse across retries, names held by objects our watches cannot see)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 import render
-from reconcile.engine.plan import Plan
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
-from reconcile.mpijob import controller as controller_module
 from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.decide import decide
+from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
-from reconcile.runtime.kube import CONFIGMAP, JOB, POD, ApiError, resource_for
-from render.timeutil import parse_time
-from render.yamlio import load_objects
-from tests.unit import golden_cases
+from reconcile.runtime.kube import JOB, POD, SECRET, ApiError
 from tests.unit.fakes import FakeKube, NoKube
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -114,43 +111,54 @@ def minimal_job():
     )
 
 
+def _mpijob(uid: str = "job-uid") -> dict:
+    job = copy.deepcopy(minimal_job().raw)
+    job["metadata"].update({"uid": uid, "resourceVersion": "1"})
+    return job
+
+
 def test_fresh_ssh_key_is_reused_until_the_secret_exists():
     c = controller()
-    job = minimal_job()
-    first = c._observe(job, [], NOW).fresh_ssh_key
+    mpijob = _mpijob()
+    _, memory = c.observe(mpijob, JobMemory(uid="job-uid"))
+    first = memory.fresh_ssh_key
     assert first is not None
-    assert c._observe(job, [], NOW).fresh_ssh_key is first  # a retried sync renders the same Secret
+    _, again = c.observe(mpijob, memory)
+    assert again.fresh_ssh_key is first  # a retried sync renders the same Secret
     secret = obj("Secret", "pi-ssh", MPIJOB_REF)
-    assert c._observe(job, [secret], NOW).fresh_ssh_key is None
-    assert c._observe(job, [], NOW).fresh_ssh_key is not first  # forgotten once the Secret was seen
+    c.children[SECRET].store.upsert(secret)
+    children, seen = c.observe(mpijob, again)
+    decision = decide(mpijob, children, seen, NOW, c.config)
+    assert decision.memory.fresh_ssh_key is None  # forgotten once the Secret was seen
 
 
 def test_wanted_names_held_by_unlabelled_objects_are_read_until_gone():
     kube = FakeKube()
     c = controller(kube)
-    job = minimal_job()
+    mpijob = _mpijob()
     foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config", "namespace": "ns"}}
     kube.objects[("configmaps", "ns", "pi-config")] = foreign
     # nothing remembered yet: no reads at all (the steady state costs no requests)
-    assert c._held_names(job, []) == []
+    children, _ = c.observe(mpijob, JobMemory(uid="job-uid"))
+    assert children == []
     assert kube.calls == []
     # a create found the name taken: from now on the holder is read on every sync of this job
-    c._taken[job.uid] = {(CONFIGMAP, "pi-config"): True}
-    held = c._held_names(job, [])
-    assert [o["metadata"]["name"] for o in held] == ["pi-config"]
-    assert held[0]["kind"] == "ConfigMap"
+    taken = JobMemory(uid="job-uid", taken=frozenset({("ConfigMap", "pi-config")}))
+    held, memory = c.observe(mpijob, taken)
+    assert [(o["kind"], o["metadata"]["name"]) for o in held] == [("ConfigMap", "pi-config")]
+    assert memory.taken == taken.taken
     del kube.objects[("configmaps", "ns", "pi-config")]
-    assert c._held_names(job, []) == []
-    assert job.uid not in c._taken
+    held, memory = c.observe(mpijob, memory)
+    assert held == []
+    assert memory.taken == frozenset()
 
 
 def test_wanted_names_in_the_cache_are_seen_without_requests():
     kube = FakeKube()
     c = controller(kube)
-    job = minimal_job()
     stale = obj("Pod", "pi-worker-1", ref("MPIJob", "pi", "old-uid", "kubeflow.org/v2beta1"))
     c.children[POD].store.upsert(stale)
-    held = c._held_names(job, [])
+    held, _ = c.observe(_mpijob(), JobMemory(uid="job-uid"))
     assert held == [stale]
     assert kube.calls == []
 
@@ -159,9 +167,8 @@ def test_api_errors_other_than_404_propagate_from_reads():
     kube = FakeKube()
     kube.fail["get"] = ApiError(500, "boom", "{}")
     c = controller(kube)
-    c._taken["job-uid"] = {(CONFIGMAP, "pi-config"): True}
     with pytest.raises(ApiError) as err:
-        c._held_names(minimal_job(), [])
+        c.observe(_mpijob(), JobMemory(uid="job-uid", taken=frozenset({("ConfigMap", "pi-config")})))
     assert err.value.status == 500
 
 
@@ -209,49 +216,6 @@ def test_managed_externally_and_deleted_jobs_are_left_alone():
     assert b"gone-launcher" not in c.metrics.exposition()
 
 
-# Cases with a live launcher Job, but not the one whose TTL expired (the sync deletes the MPIJob).
-LAUNCHER_CASES = [
-    c
-    for c in golden_cases.cases()
-    if any(o.get("kind") == "Job" for o in golden_cases.load_case(c)[1])
-    and "ttl_expired: true" not in (golden_cases.GOLDEN / c / "lifecycle.yaml").read_text()
-]
-
-
-@pytest.mark.parametrize("case", LAUNCHER_CASES)
-def test_the_controller_plans_exactly_what_render_returns(case, monkeypatch):
-    """The golden children are what the sync hands the engine: no controller-side edits of render's
-    output (the launcher template labels once were merged over live ones)."""
-    mpijob, objects, config, now_text = golden_cases.load_case(case)
-    kube = FakeKube()
-    kube.api_client = None  # execute gets an empty plan: no request
-    for o in [mpijob, *objects]:
-        o["metadata"].setdefault("resourceVersion", "1")
-        if o["kind"] == "Job":  # the labels the API server adds to a Job's template
-            template = o.setdefault("spec", {}).setdefault("template", {})
-            labels = template.setdefault("metadata", {}).setdefault("labels", {})
-            labels.update({"controller-uid": "x", "batch.kubernetes.io/job-name": o["metadata"]["name"]})
-        kube.objects[(resource_for(o).plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
-    c = Controller(
-        kube, config, metrics=Metrics(), recorder=EventRecorder(kube), now=lambda: parse_time(now_text)
-    )
-    c.mpijobs.observe(mpijob)
-    for o in objects:
-        inf = c._informer_for(o)
-        if inf is not None:
-            inf.observe(o)
-    planned = []
-
-    def capture(desired, live, policy, owner_uid, **kw):
-        planned.append(copy.deepcopy(desired))
-        return Plan()
-
-    monkeypatch.setattr(controller_module, "plan", capture)
-    c.sync(f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}")
-    golden = load_objects((golden_cases.GOLDEN / case / "children.yaml").read_text())
-    assert planned == [golden]
-
-
 def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
     c = controller()
     c.mpijobs.store.upsert(obj("MPIJob", "pi", api_version="kubeflow.org/v2beta1"))
@@ -262,45 +226,3 @@ def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
     c.mpijobs.store.delete("ns/pi")
     c.process("ns/pi")
     assert c.synced_version("ns/pi") is None  # gone: forgotten
-
-
-def test_a_counts_only_status_change_waits_once_then_is_written(monkeypatch):
-    c = controller()
-    clock = [100.0]
-    monkeypatch.setattr(controller_module.time, "monotonic", lambda: clock[0])
-    queued: list[tuple[str, float]] = []
-    monkeypatch.setattr(c.queue, "add_after", lambda key, delay: queued.append((key, delay)))
-    running = {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {}}}
-    more = {**running, "replicaStatuses": {"Worker": {"active": 2}}}
-    assert c._status_can_wait("ns/pi", running, more)
-    assert queued == [("ns/pi", pytest.approx(controller_module.STATUS_COALESCE_SECONDS + 0.01))]
-    clock[0] += 0.5
-    assert c._status_can_wait("ns/pi", running, more)  # still within the window of the first change
-    clock[0] += 0.6
-    assert not c._status_can_wait("ns/pi", running, more)  # its time has come: written
-    assert "ns/pi" not in c._status_waiting
-    # a condition change never waits
-    done = {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {}}
-    assert not c._status_can_wait("ns/pi", running, done)
-    # but a job's first status does, once: a client's create-then-update meets no conflict of ours
-    assert c._status_can_wait("ns/new", {}, running)
-    clock[0] += 1.1
-    assert not c._status_can_wait("ns/new", {}, running)
-
-
-def test_a_configmap_only_plan_waits_once_but_creates_never_wait(monkeypatch):
-    from reconcile.engine.plan import Create, ObjectKey, Patch
-
-    c = controller()
-    clock = [100.0]
-    monkeypatch.setattr(controller_module.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(c.queue, "add_after", lambda key, delay: None)
-    cm = ObjectKey("", "ConfigMap", "ns", "pi-config")
-    patch = Patch(cm, "v1", "uid", {"data": {}}, (), (), ())
-    hostfile_only = Plan(patches=(patch,))
-    assert c._hostfile_can_wait("ns/pi", hostfile_only)
-    clock[0] += 1.1
-    assert not c._hostfile_can_wait("ns/pi", hostfile_only)
-    pod = ObjectKey("", "Pod", "ns", "pi-worker-1")
-    with_create = Plan(creates=(Create(pod, "v1", {}),), patches=(patch,))
-    assert not c._hostfile_can_wait("ns/pi", with_create)

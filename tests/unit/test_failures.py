@@ -15,6 +15,7 @@ import render
 from reconcile.engine.executor import CreateRules, execute
 from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
 from reconcile.mpijob import controller as controller_mod
+from reconcile.mpijob.decide import MAX_WAKEUP_SECONDS
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER
 from reconcile.runtime.events import EventRecorder
@@ -298,7 +299,7 @@ def test_a_failed_status_write_still_counts_and_tells():
 
 
 def test_wakeups_are_capped():
-    assert controller_mod.MAX_WAKEUP_SECONDS <= 24 * 3600
+    assert MAX_WAKEUP_SECONDS <= 24 * 3600
 
 
 def test_answers_go_to_on_done_and_are_not_kept_in_the_result():

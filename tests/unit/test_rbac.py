@@ -51,7 +51,7 @@ def _controllers() -> list[Controller]:
     ]
 
 
-# Run by users with their own credentials (mpijob-render --plan), never by the operator's ServiceAccount.
+# Run by users with their own credentials (mpijob plan), never by the operator's ServiceAccount.
 USER_TOOLS = frozenset({"plan_command.py", "cli.py"})
 
 
@@ -173,5 +173,8 @@ def test_one_controller_per_namespace_behind_one_face():
     both = Controllers(cs)
     assert [c.namespace for c in both.controllers] == ["team-a", "team-b"]
     assert not both.has_synced()
-    cs[1]._synced["team-b/x"] = "7"
+    cs[1].mpijobs.store.upsert(
+        {"kind": "MPIJob", "metadata": {"name": "x", "namespace": "team-b", "resourceVersion": "7"}}
+    )
+    cs[1].process("team-b/x")  # no spec: the sync fails, and still the version it acted on is kept
     assert both.synced_version("team-b/x") == "7" and both.synced_version("team-a/y") is None

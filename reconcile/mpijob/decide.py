@@ -1,0 +1,307 @@
+"""The heart of a sync, pure: from an MPIJob, its live children and the job's memory, what to do now.
+
+A sync is observe -> decide -> execute -> remember (reconcile.mpijob.controller); ``mpijob plan`` calls the
+same ``decide`` on state read from the API server, so it prints exactly what the operator would do. No I/O,
+no clock (``now`` is an input), no randomness (fresh key material comes in through the memory).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+import render
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ExecResult
+from reconcile.engine.plan import Plan
+from reconcile.mpijob import recreate
+from reconcile.mpijob.memory import JobMemory
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from reconcile.mpijob.syncstate import (
+    condition_true,
+    is_managed_externally,
+    launcher_resume_needs_start_time_cleared,
+    only_counts_changed,
+    status_changed,
+    worth_writing,
+)
+from render import conditions as rcond
+from render import failures, names
+from render.observed import CreateFailure
+
+# A status change in replica counts alone, or a ConfigMap patch alone (the hostfile), waits this long for
+# more (pods start one by one), then is written.
+COALESCE_SECONDS = 1.0
+# A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
+MAX_WAKEUP_SECONDS = 24 * 3600.0
+# Slack past a moment, so the sync it wakes sees the moment passed.
+_SLACK = 0.01
+
+
+class Action(enum.Enum):
+    IGNORE = "ignore"  # gone, being deleted, or managed by another controller
+    DELETE_JOB = "delete-job"  # ttlSecondsAfterFinished expired: the MPIJob itself goes
+    INVALID = "invalid"  # the spec cannot be rendered: only the status says why
+    SYNC = "sync"
+
+
+@attrs.frozen
+class StatusDecision:
+    old: dict[str, Any]
+    new: dict[str, Any]  # what the status should be
+    write: bool  # write ``new`` now
+    held: bool  # a change held back to be written with the next ones
+    wake_after: float | None  # seconds until this job must be synced again, if it must
+
+    @property
+    def shown(self) -> dict[str, Any]:
+        """The status the job carries after this sync."""
+        return self.new if self.write else self.old
+
+
+@attrs.frozen
+class Decision:
+    action: Action
+    memory: JobMemory
+    plan: Plan = attrs.field(factory=Plan)
+    # The live launcher Job whose status.startTime must be cleared before the plan (a resume: the template
+    # of a Job that ever started is immutable).
+    clear_start_time: dict[str, Any] | None = None
+    # A plan that only rewrites the hostfile, held back: written by the sync at the hold's end.
+    hostfile_held: bool = False
+    hostfile_wake: float | None = None
+    # Creates of children someone else keeps deleting, held back: the sync after this wait sends them.
+    recreate_wake: float | None = None
+    # The status as the world stands before the plan; after writes the controller settles it again.
+    status: StatusDecision | None = None
+
+    def actions(self) -> list[str]:
+        """The decision as a list of lines, in the order the controller carries them out (tests and logs;
+        after writes the controller settles the status again on the world they made)."""
+        out: list[str] = []
+        if self.action is Action.DELETE_JOB:
+            out.append("delete MPIJob (ttlSecondsAfterFinished expired)")
+        if self.clear_start_time is not None:
+            out.append(f"clear status.startTime of Job {self.clear_start_time['metadata'].get('name')}")
+        out += [str(e) for e in self.plan.entries]
+        if self.hostfile_held:
+            out.append("hold the hostfile patch")
+        if self.recreate_wake is not None:
+            out.append("hold the creates of children deleted again")
+        if self.status is not None and (self.status.write or self.status.held):
+            verb = "write" if self.status.write else "hold"
+            state = rcond.current_state(rcond.clean(self.status.new.get("conditions")))
+            out.append(f"{verb} status ({state})")
+        wake = self.wake_after
+        if wake is not None:
+            out.append(f"wake after {wake:.2f} s")
+        return out
+
+    @property
+    def wake_after(self) -> float | None:
+        """Seconds until this job must be synced again by time alone, if it must."""
+        status_wake = self.status.wake_after if self.status else None
+        waits = [w for w in (status_wake, self.hostfile_wake, self.recreate_wake) if w is not None]
+        return min(waits) if waits else None
+
+
+def owns_secret(children: Sequence[Mapping[str, Any]], job_name: str, uid: str) -> bool:
+    return any(
+        o.get("kind") == "Secret"
+        and (o.get("metadata") or {}).get("name") == names.ssh_secret_name(job_name)
+        and _controller_uid(o) == uid
+        for o in children
+    )
+
+
+def needs_fresh_key(
+    mpijob: Mapping[str, Any], children: Sequence[Mapping[str, Any]], memory: JobMemory
+) -> bool:
+    """The observe step generates key material when this is True (decide itself has no randomness)."""
+    meta = mpijob.get("metadata") or {}
+    return memory.fresh_ssh_key is None and not owns_secret(
+        children, str(meta.get("name", "")), str(meta.get("uid", ""))
+    )
+
+
+def decide(
+    mpijob: Mapping[str, Any],
+    children: Sequence[Mapping[str, Any]],
+    memory: JobMemory,
+    now: datetime,
+    config: render.Config,
+    *,
+    field_manager: str = FIELD_MANAGER,
+) -> Decision:
+    """``children``: the job's live children (and its launcher's pods, objects holding names it wants, and
+    PriorityClasses with gang scheduling), as the caches hold them."""
+    meta = mpijob.get("metadata") or {}
+    memory = memory.for_job(str(meta.get("uid", "")))
+    if meta.get("deletionTimestamp") or is_managed_externally(mpijob):
+        return Decision(Action.IGNORE, memory)
+    try:
+        job = render.parse_mpijob(mpijob)
+    except render.ValidationError:
+        new = render.status(mpijob, render.Observed.from_objects((), now=now), config)
+        old = dict(mpijob.get("status") or {})
+        write = status_changed(old, new)
+        return Decision(Action.INVALID, memory, status=StatusDecision(old, new, write, False, None))
+
+    if owns_secret(children, job.name, job.uid):
+        memory = attrs.evolve(memory, fresh_ssh_key=None)
+    observed = _observed(children, memory, now)
+    desired, known = render.render_with_status(job, observed, config)
+    memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
+    if render.ttl_expired(job, known, now):
+        return Decision(Action.DELETE_JOB, memory)
+
+    # Children first, status last (upstream's order): Created=True then means the children exist.
+    live = [o for o in children if o.get("kind") != "PriorityClass"]
+    clear = launcher_resume_needs_start_time_cleared(desired, live)
+    if clear is not None:
+        cleared = {
+            **clear,
+            "status": {k: v for k, v in (clear.get("status") or {}).items() if k != "startTime"},
+        }
+        live = [cleared if o is clear else o for o in live]
+    the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager)
+
+    hostfile_held, since = _hold(memory.hostfile_held_since, _only_hostfile(the_plan), now)
+    memory = attrs.evolve(memory, hostfile_held_since=since)
+    hostfile_wake = None
+    if hostfile_held:
+        assert since is not None
+        the_plan = Plan()  # the sync the queue hands out at the hold's end writes it
+        hostfile_wake = COALESCE_SECONDS - (now - since).total_seconds() + _SLACK
+    the_plan, held_for = recreate.hold(memory.created, the_plan, now)
+    recreate_wake = None if held_for is None else held_for + _SLACK
+    status, memory = settle_status(job, mpijob, known, memory, now, observed)
+    return Decision(
+        Action.SYNC,
+        memory,
+        plan=the_plan,
+        clear_start_time=clear,
+        hostfile_held=hostfile_held,
+        hostfile_wake=hostfile_wake,
+        recreate_wake=recreate_wake,
+        status=status,
+    )
+
+
+def settle(
+    mpijob: Mapping[str, Any],
+    children: Sequence[Mapping[str, Any]],
+    memory: JobMemory,
+    now: datetime,
+    config: render.Config,
+) -> tuple[StatusDecision, JobMemory]:
+    """The status from the world after this sync's writes (the caches hold them), and whether to write it."""
+    job = render.parse_mpijob(mpijob)
+    observed = _observed(children, memory, now)
+    new = render.status(job, observed, config)
+    memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
+    return settle_status(job, mpijob, new, memory, now, observed)
+
+
+def settle_status(
+    job: render.MPIJob,
+    mpijob: Mapping[str, Any],
+    new: dict[str, Any],
+    memory: JobMemory,
+    now: datetime,
+    observed: render.Observed | None = None,
+) -> tuple[StatusDecision, JobMemory]:
+    """``observed``: the world ``new`` was computed from (a failed worker's back-off ends by time)."""
+    old = dict(mpijob.get("status") or {})
+    wake = _wakeup(job, new, now, observed)
+    if not worth_writing(old, new):
+        return StatusDecision(old, new, False, False, wake), attrs.evolve(memory, status_held_since=None)
+    # Replica counts alone changed: hold the write up to COALESCE_SECONDS from the first such change, so
+    # the pods of a job starting one by one cost one write. A job's first status waits as long: a client
+    # that updates the MPIJob it just created (with the create's resourceVersion) must not meet a
+    # conflict of ours. A failure is written at once.
+    first = not old.get("conditions") and not condition_true(new, "Failed")
+    held, since = _hold(memory.status_held_since, first or only_counts_changed(old, new), now)
+    memory = attrs.evolve(memory, status_held_since=since)
+    if held:
+        assert since is not None
+        until = COALESCE_SECONDS - (now - since).total_seconds() + _SLACK
+        shown_wake = _wakeup(job, old, now, observed)
+        wake = min(w for w in (until, shown_wake) if w is not None)
+        return StatusDecision(old, new, False, True, wake), memory
+    return StatusDecision(old, new, True, False, wake), memory
+
+
+def remember(memory: JobMemory, the_plan: Plan, result: ExecResult, now: datetime) -> JobMemory:
+    """What this sync's writes taught: the create the server refused, the names a create found taken,
+    the children created (and deleted) and when."""
+    failed = next((f for f in result.failures if f.verb == "create"), None)
+    refused = None
+    if failed is not None:
+        refused = CreateFailure(
+            kind=failed.key.kind,
+            name=failed.key.name,
+            code=failed.code,
+            message=failed.message,
+            permanent=failed.permanent,
+            causes=failed.causes,
+        )
+    taken = memory.taken
+    if result.replan:
+        # A create met an existing object: the next syncs read who holds the name.
+        settled = {o.key for o in result.done} | {f.key for f in result.failures}
+        taken = taken | {(c.key.kind, c.key.name) for c in the_plan.creates if c.key not in settled}
+    created = recreate.record(memory.created, result, now)
+    return attrs.evolve(memory, create_failure=refused, taken=taken, created=created)
+
+
+def _observed(children: Sequence[Mapping[str, Any]], memory: JobMemory, now: datetime) -> render.Observed:
+    return render.Observed.from_objects(
+        children,
+        now=now,
+        fresh_ssh_key=memory.fresh_ssh_key,
+        create_failure=memory.create_failure,
+        worker_failures=memory.worker_failures,
+    )
+
+
+def _only_hostfile(the_plan: Plan) -> bool:
+    """The plan only rewrites the ConfigMap (its hostfile lists the Running workers, which start one by
+    one): held as a counts-only status change is."""
+    return (
+        bool(the_plan.patches)
+        and the_plan.writes == len(the_plan.patches)
+        and not the_plan.conflicts
+        and not the_plan.waits
+        and all(p.key.kind == "ConfigMap" for p in the_plan.patches)
+    )
+
+
+def _hold(since: datetime | None, holdable: bool, now: datetime) -> tuple[bool, datetime | None]:
+    """(hold now?, the hold's start to remember)."""
+    if not holdable:
+        return False, None
+    since = since or now
+    if (now - since).total_seconds() >= COALESCE_SECONDS:
+        return False, None
+    return True, since
+
+
+def _wakeup(
+    job: render.MPIJob, status: Mapping[str, Any], now: datetime, observed: render.Observed | None
+) -> float | None:
+    wake = render.next_wakeup(job, status, now, observed)
+    if wake is None:
+        return None
+    return min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + _SLACK)
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None

@@ -1,0 +1,47 @@
+"""Everything a sync of one MPIJob remembers for the next one: one explicit value, kept by the controller
+per key and handed to ``decide`` as an input. Losing it (a restart, a new leader) costs at most a repeated
+write: each field is a hint the world re-establishes, never the only record of a fact."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import attrs
+
+from reconcile.mpijob.recreate import Created
+from render import SSHKey
+from render.observed import CreateFailure, WorkerFailure
+
+
+@attrs.frozen
+class JobMemory:
+    # The MPIJob (uid) this memory belongs to: a job deleted and created again under its name starts afresh.
+    uid: str = ""
+    # The key material for a Secret not created yet, so a retried sync renders the same Secret.
+    fresh_ssh_key: SSHKey | None = None
+    # The create the API server refused in the last sync: the status reports it until a create succeeds.
+    create_failure: CreateFailure | None = None
+    # Wanted names (kind, name) a create found taken by objects our label-filtered watches cannot see:
+    # each sync reads who holds them until they are gone.
+    taken: frozenset[tuple[str, str]] = frozenset()
+    # Since when a status change in replica counts alone (or the job's first status) has been held back,
+    # and since when a plan that only rewrites the hostfile has: one write covers pods starting one by one.
+    status_held_since: datetime | None = None
+    hostfile_held_since: datetime | None = None
+    # Syncs failed in a row (a condition once it repeats), and the MPIJob resourceVersion that the last
+    # finished sync acted on (served at /debug/synced for tests).
+    sync_failures: int = 0
+    synced_version: str | None = None
+    # Each worker index's failures so far (render/failures.py counts them, each failed pod once): the
+    # back-off before a failed worker is replaced, and the bound that fails the job. A replacement pod
+    # carries its index's count (an annotation), so a restarted operator goes on from it.
+    worker_failures: tuple[WorkerFailure, ...] = ()
+    # The children this operator created (how often, when last): those someone else keeps deleting are
+    # created again with back-off (recreate.py).
+    created: tuple[Created, ...] = ()
+
+    def for_job(self, uid: str) -> JobMemory:
+        """This memory if it is the job's, else a fresh one (the failure count belongs to the key)."""
+        if uid == self.uid:
+            return self
+        return JobMemory(uid=uid, sync_failures=self.sync_failures, synced_version=self.synced_version)

@@ -1,0 +1,276 @@
+"""One sync, read as its actions (kubernetes/sample-controller's test shape): for each golden case and each
+lifecycle step, ``decide`` runs once and the actions it yields must equal a golden action list; the
+controller around it is driven through its public surface with fake clients, and ``mpijob plan`` is shown to
+print the plan the sync executes.
+
+`pytest tests/unit/test_sync_actions.py --update-golden` rewrites the action lists; review the diff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+
+import render
+from reconcile.mpijob.controller import Controller, SyncError
+from reconcile.mpijob.decide import COALESCE_SECONDS, decide, settle_status
+from reconcile.mpijob.memory import JobMemory
+from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.plan_command import compute
+from reconcile.runtime.events import EventRecorder
+from reconcile.runtime.kube import ApiError, resource_for
+from render.keys import load_ssh_key
+from render.timeutil import parse_time
+from render.yamlio import load_objects
+from tests import strategies
+from tests.unit import golden_cases
+from tests.unit.fakes import FakeDynamic, FakeKube, FakeResources
+
+KEY = load_ssh_key(golden_cases.KEY_FILE.read_text())
+STEPS_FILE = Path(__file__).with_name("sync_steps.yaml")
+
+# The lifecycle steps, each a golden case (an MPIJob and the world a sync observes).
+LIFECYCLE = {
+    "new": "openmpi-pi",
+    "workers running": "running",
+    "launcher succeeded": "launcher-succeeded-cleanup",
+    "worker failed": "failed-worker-replaced",
+    "suspended": "suspended-while-running",
+    "resumed": "resumed",
+    "invalid": "invalid",
+    "ttl expired": "ttl-expired",
+}
+
+
+def _decide_case(case: str, drop: tuple[str, str] | None = None, converged: bool = False) -> list[str]:
+    mpijob, objects, config, now_text = golden_cases.load_case(case)
+    now = parse_time(now_text)
+    assert now is not None
+    if converged:
+        objects = converged_world(case)
+    if drop is not None:
+        objects = [o for o in objects if (o["kind"], o["metadata"]["name"]) != drop]
+    uid = str(mpijob.get("metadata", {}).get("uid", ""))
+    return decide(mpijob, objects, JobMemory(uid=uid, fresh_ssh_key=KEY), now, config).actions()
+
+
+def converged_world(case: str) -> list[dict]:
+    """The case's world once every child is as render wants it: its golden children, as stored (with a uid),
+    carrying the observed objects' status (pod phases, the launcher Job's progress)."""
+    _, objects, _, _ = golden_cases.load_case(case)
+    seen = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    world = []
+    for child in load_objects((golden_cases.GOLDEN / case / "children.yaml").read_text()):
+        live = copy.deepcopy(child)
+        found = seen.pop((live["kind"], live["metadata"]["name"]), None)
+        live["metadata"]["uid"] = (found or {}).get("metadata", {}).get(
+            "uid"
+        ) or f"uid-{live['metadata']['name']}"
+        if found is not None and "status" in found:
+            live["status"] = found["status"]
+        world.append(live)
+    return world + list(seen.values())  # and the launcher's pods, which are not ours to render
+
+
+def _check(path: Path, got: Any, update: bool) -> None:
+    text = yaml.safe_dump(got, sort_keys=False, width=200)
+    if update:
+        path.write_text(text)
+        return
+    assert path.exists(), f"{path} is missing; run pytest --update-golden"
+    assert yaml.safe_load(path.read_text()) == got, f"{path} drifted; run pytest --update-golden and review"
+
+
+def test_every_lifecycle_step_is_a_golden_case():
+    assert set(LIFECYCLE.values()) <= set(golden_cases.cases())
+
+
+@pytest.mark.parametrize("case", golden_cases.cases())
+def test_one_sync_yields_the_golden_actions(case, update_golden):
+    _check(golden_cases.GOLDEN / case / "actions.yaml", _decide_case(case), update_golden)
+
+
+def test_derived_steps_yield_the_golden_actions(update_golden):
+    steps = {
+        "running, converged": _decide_case("running", converged=True),
+        # someone deleted a child of a running job: only that child is created again
+        "service deleted by hand": _decide_case("running", drop=("Service", "pi"), converged=True),
+        "worker pod deleted by hand": _decide_case("running", drop=("Pod", "pi-worker-1"), converged=True),
+    }
+    _check(STEPS_FILE, steps, update_golden)
+    assert not [a for a in steps["running, converged"] if a.split()[0] in ("create", "patch", "delete")]
+    assert steps["service deleted by hand"][0] == "create Service default/pi"
+
+
+# -- holds: one write for pods starting one by one --------------------------------------------------
+RUNNING = {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {}}}
+MORE = {**RUNNING, "replicaStatuses": {"Worker": {"active": 2}}}
+
+
+def _job_with(status: dict) -> tuple[render.MPIJob, dict]:
+    raw = copy.deepcopy(golden_cases.load_case("running")[0])
+    raw["status"] = status
+    return render.parse_mpijob(raw), raw
+
+
+def test_a_counts_only_status_change_is_held_once_then_written():
+    now = strategies.NOW
+    job, raw = _job_with(RUNNING)
+    first, memory = settle_status(job, raw, MORE, JobMemory(), now)
+    assert (first.write, first.held) == (False, True)
+    assert first.wake_after == pytest.approx(COALESCE_SECONDS + 0.01)
+    later, memory = settle_status(job, raw, MORE, memory, now + timedelta(seconds=0.5))
+    assert later.held and later.wake_after == pytest.approx(0.51)  # still the first change's window
+    due, memory = settle_status(job, raw, MORE, memory, now + timedelta(seconds=1.1))
+    assert (due.write, due.held, memory.status_held_since) == (True, False, None)
+
+
+def test_a_condition_change_is_never_held_and_a_first_status_is_held_once():
+    now = strategies.NOW
+    job, raw = _job_with(RUNNING)
+    done = {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {}}
+    written, _ = settle_status(job, raw, done, JobMemory(), now)
+    assert written.write
+    fresh, fresh_raw = _job_with({})
+    held, memory = settle_status(fresh, fresh_raw, RUNNING, JobMemory(), now)
+    assert held.held  # a client's create-then-update meets no conflict of ours
+    due, _ = settle_status(fresh, fresh_raw, RUNNING, memory, now + timedelta(seconds=1.1))
+    assert due.write
+
+
+def test_a_hostfile_only_plan_is_held_once_but_creates_never_are():
+    mpijob, _, config, now_text = golden_cases.load_case("running")
+    objects = converged_world("running")
+    now = parse_time(now_text)
+    assert now is not None
+    memory = JobMemory(uid=mpijob["metadata"]["uid"], fresh_ssh_key=KEY)
+    cm = next(o for o in objects if o["kind"] == "ConfigMap")
+    stale = copy.deepcopy(cm)
+    stale["data"]["hostfile"] = "someone-else slots=1\n"
+    world = [stale if o is cm else o for o in objects]
+    first = decide(mpijob, world, memory, now, config)
+    assert first.hostfile_held and not first.plan
+    due = decide(mpijob, world, first.memory, now + timedelta(seconds=1.1), config)
+    assert not due.hostfile_held and [p.key.kind for p in due.plan.patches] == ["ConfigMap"]
+    gone = [o for o in world if o["kind"] != "Service"]
+    with_create = decide(mpijob, gone, memory, now, config)
+    assert not with_create.hostfile_held and with_create.plan.creates
+
+
+# -- the controller around decide, through its public surface ----------------------------------------
+def _controller(kube: FakeKube, config: render.Config, now_text: str) -> tuple[Controller, FakeDynamic]:
+    writer = FakeDynamic()
+    writer.resources = FakeResources({"ConfigMap", "Pod", "Service", "Secret", "Job", "PodGroup"})
+    c = Controller(
+        kube,
+        config,
+        metrics=Metrics(),
+        recorder=EventRecorder(kube),
+        now=lambda: parse_time(now_text),
+        writer=writer,  # type: ignore[arg-type]
+    )
+    return c, writer
+
+
+def _load(c: Controller, kube: FakeKube, mpijob: dict, objects: list[dict]) -> str:
+    for o in [mpijob, *objects]:
+        o["metadata"].setdefault("resourceVersion", "1")
+        kube.objects[(resource_for(o).plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+    c.mpijobs.observe(mpijob)
+    for o in objects:
+        inf = c.children.get(resource_for(o))
+        if inf is not None:
+            inf.observe(o)
+    return f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}"
+
+
+class StatusWritesFail(FakeKube):
+    """Status writes fail with 500 while ``failing`` is set, except the SyncFailed condition's own."""
+
+    failing = True
+
+    def replace(self, res, body, subresource=None):
+        types = [c.get("type") for c in (body.get("status") or {}).get("conditions") or ()]
+        if self.failing and subresource == "status" and "SyncFailed" not in types:
+            self.calls.append(("update", res.kind, body["metadata"]["name"]))
+            raise ApiError(500, "Internal Server Error", "{}")
+        return super().replace(res, body, subresource)
+
+
+def _state_column(status: dict) -> str:
+    """The CRD's State printer column: `.status.conditions[-1:].type`."""
+    conditions = status.get("conditions") or []
+    return conditions[-1]["type"] if conditions else ""
+
+
+def test_a_failing_sync_then_a_recovery_keeps_the_state_column_the_jobs_state():
+    mpijob, objects, config, now_text = golden_cases.load_case("running")
+    mpijob = copy.deepcopy(mpijob)
+    mpijob["status"] = {
+        "conditions": [{"type": "Created", "status": "True", "reason": "MPIJobCreated", "message": "created"}]
+    }
+    kube = StatusWritesFail()
+    c, _ = _controller(kube, config, now_text)
+    key = _load(c, kube, mpijob, copy.deepcopy(objects))
+    stored = ("mpijobs", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
+    for _ in range(3):
+        c.process(key)
+    status = kube.objects[stored]["status"]
+    sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
+    assert (sync_failed["status"], sync_failed["reason"]) == ("True", "ApiError500")
+    assert _state_column(status) == "Created"
+    assert c.memory(key) is not None and c.memory(key).sync_failures == 3
+
+    kube.failing = False
+    c.mpijobs.observe(kube.objects[stored])
+    c.process(key)
+    status = kube.objects[stored]["status"]
+    sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
+    assert sync_failed["status"] == "False"
+    assert _state_column(status) == "Running"
+    assert c.memory(key).sync_failures == 0
+
+
+# -- `mpijob plan` prints the plan the sync executes --------------------------------------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategies.scenarios())
+def test_the_plan_command_prints_the_plan_the_sync_executes(scenario):
+    job, observed, config = scenario
+    job = copy.deepcopy(job)
+    job.setdefault("metadata", {}).setdefault("resourceVersion", "1")
+    live = [o for o in copy.deepcopy(list(observed.objects)) if isinstance(o, dict) and o.get("metadata")]
+    now = observed.now
+    kube = FakeKube()
+    c, _ = _controller(kube, config, now.isoformat().replace("+00:00", "Z"))
+    key = _load(c, kube, job, live)
+    children, _ = c.observe(job, JobMemory())
+    records: list[logging.LogRecord] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "plan":
+                records.append(record)
+
+    handler = Capture()
+    log = logging.getLogger("reconcile.mpijob.controller")
+    log.addHandler(handler)
+    previous = log.level
+    log.setLevel(logging.INFO)
+    try:
+        with contextlib.suppress(SyncError, ApiError):
+            c.sync(key)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(previous)
+    executed = records[0].plan if records else []  # type: ignore[attr-defined]
+    report = compute(job, children, config, now)
+    printed = report["summary"].splitlines()[1:] if report["summary"] != "plan: no changes" else []
+    assert [line.strip() for line in printed] == executed

@@ -13,7 +13,8 @@ writes by a non-leader, launcher-before-dependency cases, exits; for the hand-ov
 writes after SIGTERM and after the Lease moved, the hand-over time and the new leader's time to its first
 write. Exit 1 if any invariant broke.
 
-    .venv/bin/python benchmarks/chaos_bench.py [--seed N] [--only kill9,proxy,sigterm,apiserver,crashing] [--quick]
+    .venv/bin/python benchmarks/chaos_bench.py [--seed N] [--quick]
+        [--only kill9,proxy,sigterm,apiserver,crashing]
 """
 
 from __future__ import annotations

@@ -51,7 +51,14 @@ def test_a_worker_that_exits_at_start_fails_the_job_within_the_bound(node_e2e: N
     # back-offs of 10, 20, 40 s per index before the 7th failure, with the pods' own start-up time
     assert elapsed < 150, elapsed
 
-    # The failed pods stay (cleanPodPolicy Running keeps finished pods): their log is what the job says.
+    # The failed pods stay (cleanPodPolicy Running deletes only a replacement not yet failed): their log
+    # is what the job says.
+    node_e2e.wait_for(
+        lambda: not [p for p in node_e2e.workers(name) if p["metadata"].get("deletionTimestamp")],
+        "pending replacements gone",
+        60,
+        name,
+    )
     kept = node_e2e.workers(name)
     assert kept and all((p.get("status") or {}).get("phase") == "Failed" for p in kept), node_e2e.describe(
         name

@@ -1,4 +1,4 @@
-"""Worker-count bomb (issue 12, item 4): the largest admissible MPIJob beside a normal one, with the
+"""Worker-count bomb: the largest admissible MPIJob beside a normal one, with the
 operator in a memory cgroup of the Deployment's limit.
 
 Starts its own L1 cluster (etcd + kube-apiserver, no nodes: pods stay Pending, which is the whole memory

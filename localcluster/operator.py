@@ -4,6 +4,10 @@
 (on ``processes.spawn``), waits until it leads with synced caches (``/readyz`` and the leader gauge),
 parses its ``/metrics``, keeps its log and stops it by PID -- only while the PID is still the process it
 started (``processes.Proc`` checks the start time), so a recycled PID is never signalled.
+
+``problems()`` says what went wrong since it was last asked: an exit nobody asked for, a non-zero code
+after SIGTERM, a traceback or a critical line in the log. The test suite asks it after every test for
+every runner started (``started_runners()``), so a crash fails the test during which it happened.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -27,9 +32,29 @@ POLL = 0.2
 
 Sample = tuple[str, frozenset[tuple[str, str]]]
 
+# A crash or a fatal line, in the text format (level letter C) or the JSON one.
+FATAL_LINE = re.compile(
+    r'Traceback \(most recent call last\)|^\d\d:\d\d:\d\d\.\d+ C |"level":\s*"critical"', re.MULTILINE
+)
+_started: list[OperatorRunner] = []
+
+
+def started_runners() -> list[OperatorRunner]:
+    """Every runner started in this process and not yet forgotten (``forget_runner``), oldest first."""
+    return list(_started)
+
+
+def forget_runner(runner: OperatorRunner) -> None:
+    with contextlib.suppress(ValueError):
+        _started.remove(runner)
+
 
 class OperatorExited(RuntimeError):
     """The operator process ended while we waited for it."""
+
+
+class OperatorFailed(AssertionError):
+    """The operator exited when nobody asked it to, or its log shows a crash."""
 
 
 def parse_metrics(text: str) -> dict[Sample, float]:
@@ -64,6 +89,12 @@ class OperatorRunner:
         self.repo = repo
         self.port = 0
         self.proc: Proc | None = None
+        self._asked_to_exit = False  # stop(), kill() or expect_exit(): this exit is no failure
+        self._graceful = False  # stop() sent SIGTERM to a live process: it must exit 0
+        self._exit_reported = False  # problems() or OperatorExited already told about this exit
+        self._may_log_fatal = False  # expect_exit(): a critical line may come with the exit
+        self._scanned = 0  # the log up to here was checked for fatal lines
+        self._pending: list[str] = []  # problems of an earlier process of this runner, not yet told
 
     # -- starting ---------------------------------------------------------------------------------------
     def argv(self) -> list[str]:
@@ -84,6 +115,13 @@ class OperatorRunner:
         self.port = free_port()  # never a fixed port another run may hold
         env = self.process_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.proc is not None:  # a restart: what the last process did is still to be told
+            self._pending = self.problems()
+        else:
+            self._scanned = self.log_size()
+        self._asked_to_exit = self._graceful = self._exit_reported = self._may_log_fatal = False
+        if self not in _started:
+            _started.append(self)
         with self.log_path.open("ab") as log:
             log.write(f"\n=== starting operator: {' '.join(self.argv()[2:])}\n".encode())
         self.proc = spawn(
@@ -124,8 +162,10 @@ class OperatorRunner:
     def __enter__(self) -> OperatorRunner:
         return self if self.alive() else self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        if exc_type is None:
+            self.check()
 
     # -- state ------------------------------------------------------------------------------------------
     @property
@@ -175,6 +215,8 @@ class OperatorRunner:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
+                self._exit_reported = True  # the caller is told here, with the log
+                self._scan_log()
                 raise OperatorExited(
                     f"the operator exited with code {self.returncode()} during start-up:\n{self.log_tail()}"
                 )
@@ -202,15 +244,59 @@ class OperatorRunner:
     def log_tail(self, limit: int = 8000) -> str:
         return self.log_since(max(0, self.log_size() - limit), limit)
 
+    # -- what went wrong --------------------------------------------------------------------------------
+    def expect_exit(self) -> None:
+        """The process is about to end on its own or by someone else's signal (a test that kills it by PID
+        or makes it give up): neither the exit, its code nor a critical line in its log is a failure."""
+        self._asked_to_exit = True
+        self._may_log_fatal = True
+
+    def problems(self) -> list[str]:
+        """What went wrong since the last call: an exit nobody asked for, a non-zero code after SIGTERM,
+        fatal log lines. Each is told once."""
+        out, self._pending = self._pending, []
+        fatal = self._scan_log()
+        if fatal and not self._may_log_fatal:
+            out.append("its log has fatal lines:\n" + "\n".join(fatal[:20]))
+        if self.proc is not None and not self.alive() and not self._exit_reported:
+            self._exit_reported = True
+            code = self.returncode()
+            if not self._asked_to_exit:
+                out.append(f"it exited with code {code} while nobody asked it to (pid {self.pid})")
+            elif self._graceful and code != 0:
+                out.append(f"it exited with code {code} after SIGTERM (0 expected)")
+        return out
+
+    def check(self) -> None:
+        """Raise ``OperatorFailed`` with the log's tail if ``problems()`` has any."""
+        if found := self.problems():
+            raise OperatorFailed(
+                f"operator {self.log_path.name}: "
+                + "; ".join(found)
+                + f"\n--- its log's tail ---\n{self.log_tail()}"
+            )
+
+    def _scan_log(self) -> list[str]:
+        size = self.log_size()
+        if size <= self._scanned:
+            return []
+        text = self.log_since(self._scanned, limit=size)
+        self._scanned = size
+        return [line[:2000] for line in text.splitlines() if FATAL_LINE.search(line)]
+
     # -- stopping ---------------------------------------------------------------------------------------
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM its process group, SIGKILL after ``timeout``; the exit code if we saw it."""
+        """SIGTERM its process group, SIGKILL after ``timeout``; the exit code if we saw it. A process
+        that was running must then exit 0 (``problems()``); with ``timeout=0`` it is killed at once."""
         if self.proc is not None:
+            if self.alive():
+                self._asked_to_exit = True
+                self._graceful = timeout > 0
             self.proc.stop(timeout)
         return self.returncode()
 
     def kill(self) -> None:
-        """SIGKILL at once (a crash, for tests)."""
+        """SIGKILL at once (a crash, for tests): an expected exit."""
         self.stop(timeout=0)
 
     # -- a detached operator, found again by a later process (the demo's --down) -------------------------

@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
         "--threadiness",
         type=go_int,
         default=8,
-        help="worker threads that sync MPIJobs (upstream: 2; 8 keep the API server busy, issue 17)",
+        help="worker threads that sync MPIJobs (upstream: 2; 8 keep the API server busy)",
     )
     p.add_argument(
         "--kube-api-qps",

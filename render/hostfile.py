@@ -14,7 +14,7 @@ def hostfile(job: MPIJob, cluster_domain: str) -> str:
     openmpi = job.spec.mpi_implementation == "OpenMPI"
     # Only the launcher reads the hostfile, and it must see its own line as itself: Open MPI 5 (PRRTE) and
     # Intel MPI compare the name with the local hostname instead of resolving it, so the launcher's line is
-    # its bare hostname (upstream writes the FQDN and they then ssh to the launcher; tests/mpi/FINDINGS.md).
+    # its bare hostname (upstream writes the FQDN and they then ssh to the launcher; docs/design-notes.md).
     hosts = []
     if job.run_launcher_as_worker:
         hosts.append(names.launcher_name(job.name))

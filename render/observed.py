@@ -74,7 +74,7 @@ class Observed:
     )
 
     def __attrs_post_init__(self) -> None:
-        index = {}
+        index: dict[tuple[str, str], dict[str, Any]] = {}
         for obj in self.objects:
             if isinstance(obj, Mapping):
                 index.setdefault(_key(obj), obj)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,7 +49,10 @@ class Reader:
             return None
         return value
 
-    def bool(self, obj: Mapping[str, Any], key: str, path: str) -> bool | None:
+    # builtins.str: the method above shadows the name in this class's annotations
+    def bool(
+        self, obj: Mapping[builtins.str, Any], key: builtins.str, path: builtins.str
+    ) -> builtins.bool | None:
         value = obj.get(key)
         if value is None:
             return None
@@ -58,7 +62,12 @@ class Reader:
         return value
 
     def int(
-        self, obj: Mapping[str, Any], key: str, path: str, maximum: int = INT32_MAX, bits: int = 32
+        self,
+        obj: Mapping[builtins.str, Any],
+        key: builtins.str,
+        path: builtins.str,
+        maximum: int = INT32_MAX,
+        bits: int = 32,
     ) -> int | None:
         """An integer of a `bits`-wide type whose meaning allows at most `maximum`."""
         value = obj.get(key)

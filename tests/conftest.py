@@ -8,6 +8,15 @@ namespace per test.
 Both are `localcluster.LocalCluster` objects: `.kubeconfig`, `.api_client()`, `.bin_dir`, `.server`,
 `.env()`, `.write_user_kubeconfig(user, groups)`. Missing binaries make these fixtures fail, never skip;
 only `--skip-cluster` or MPIJOB_SKIP_CLUSTER=1 skips the L1/L2 tests.
+
+Every operator a test starts (`localcluster.operator.OperatorRunner`, session ones included) is checked
+right after the test and after its teardown: an exit nobody asked for, a non-zero code after SIGTERM or a
+traceback / critical line in its log fails that test. A test that kills one by PID says so first
+(`op.expect_exit()`).
+
+The unit tier runs first, before any cluster is up. Under MPIJOB_CI=1: a skip (at run or collection time)
+fails the run, the knobs in NARROWING_ENV are refused, and Hypothesis runs the `ci` profile with the
+fixed seed HYPOTHESIS_SEED (printed in the header).
 """
 
 from __future__ import annotations
@@ -19,21 +28,40 @@ import signal
 import time
 from collections.abc import Iterator
 
+import hypothesis
 import pytest
 from kubernetes.client import ApiClient
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.operator import OperatorFailed, forget_runner, started_runners
 
 TIER_FIXTURES = {"l1_cluster": "l1", "l2_cluster": "l2"}
 SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
 # Set by .ci/run: CI runs every tier, so a skip request is an error and any skipped test fails the run.
 CI_ENV = "MPIJOB_CI"
 _ci_skipped: list[str] = []
+# Environment knobs that make a test do less (fewer rounds or examples, other flags, record instead of
+# compare): for benchmarks and local runs only, refused under CI.
+NARROWING_ENV = (
+    "MPIJOB_STATUS_ORDER_ROUNDS",
+    "MPIJOB_STATUS_ORDER_FLAGS",
+    "MPIJOB_FUZZ_EXAMPLES",
+    "MPIJOB_FUZZ_COUNT_FILE",
+    "MPIJOB_RECORD_DIFFER",
+    "RENDER_EXAMPLES",
+)
+# CI's Hypothesis seed: a failure there reproduces with --hypothesis-seed=<this>. Local runs explore freshly.
+HYPOTHESIS_SEED = 20261203
+hypothesis.settings.register_profile("ci", database=None, print_blob=True)
 
 
 def _in_ci() -> bool:
     return os.environ.get(CI_ENV, "") not in ("", "0")
+
+
+if _in_ci():  # loaded at import, before any test module builds its settings
+    hypothesis.settings.load_profile("ci")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,7 +77,16 @@ def _skip_cluster(config: pytest.Config) -> bool:
     return bool(config.getoption("--skip-cluster")) or os.environ.get(SKIP_ENV, "") not in ("", "0")
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis' plugin reads its seed option
 def pytest_configure(config: pytest.Config) -> None:
+    if _in_ci():
+        narrowing = [name for name in NARROWING_ENV if name in os.environ]
+        if narrowing:
+            raise pytest.UsageError(
+                f"{CI_ENV} is set: CI runs every test in full; unset {' '.join(narrowing)}"
+            )
+        if config.getoption("hypothesis_seed", None) is None:
+            config.option.hypothesis_seed = str(HYPOTHESIS_SEED)
     # SIGTERM would kill pytest without teardown; as KeyboardInterrupt the session fixtures stop the
     # control plane. (The processes also die with pytest via PR_SET_PDEATHSIG, but the work dir would stay.)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -60,7 +97,22 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _in_ci():
+        return None
+    seed = config.getoption("hypothesis_seed", None)
+    return f"{CI_ENV}: hypothesis profile {hypothesis.settings.get_current_profile_name()!r}, seed {seed}"
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_tiers(config, items)
+    # The unit tier first, alone on the machine: the session clusters start lazily, after it.
+    unit = config.rootpath / "tests" / "unit"
+    items.sort(key=lambda item: not item.path.is_relative_to(unit))
+
+
+def _mark_tiers(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _in_ci() and _skip_cluster(config):
         raise pytest.UsageError(f"{CI_ENV} is set: CI runs every tier; drop --skip-cluster / {SKIP_ENV}")
     skip = pytest.mark.skip(reason=f"--skip-cluster or {SKIP_ENV}=1 given")
@@ -79,8 +131,46 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _ci_skipped.append(report.nodeid)
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    # a module-level importorskip / skip(allow_module_level=True) skips a whole file at collection
+    if _in_ci() and report.skipped:
+        _ci_skipped.append(report.nodeid or "<collection>")
+    elif _in_ci() and report.failed:  # pytest fails the run for it too; named here with the skips
+        _ci_skipped.append(f"{report.nodeid or '<collection>'} (a collection error)")
+
+
+# -- every operator a test started ---------------------------------------------------------------------
+def _operator_problems() -> str:
+    found = []
+    for op in started_runners():
+        try:
+            op.check()
+        except OperatorFailed as err:
+            found.append(str(err))
+        if not op.alive():
+            forget_runner(op)
+    return "\n\n".join(found)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    __tracebackhide__ = True
+    result = yield  # a failed test raises here: its own failure is the report, the teardown check follows
+    if found := _operator_problems():
+        raise OperatorFailed(found)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _operators_checked() -> Iterator[None]:
+    """After the test's own fixtures are torn down (autouse: set up first, torn down last)."""
+    yield
+    if found := _operator_problems():
+        pytest.fail(found, pytrace=False)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _ci_skipped and exitstatus == pytest.ExitCode.OK:
+    if _ci_skipped and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         print(f"\n{CI_ENV}: {len(_ci_skipped)} test(s) skipped, and CI skips nothing: {_ci_skipped[:5]}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -5,16 +5,20 @@
 # bin dir.
 #
 # Usage: deploy/local/build.sh                      build if needed, print the control plane's bin dir
+#        deploy/local/build.sh --control-plane      the same without Kueue (what scripts/demo needs)
 #        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
 #        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
 #        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
 #        deploy/local/build.sh --print-k8s-src      print the k8s.io/kubernetes module dir (downloads it if needed)
 #        deploy/local/build.sh --print-kueue-dir    print Kueue's dir: bin/kueue, install.yaml (its
 #                                                   config/default rendered) and config/; no build
+#        deploy/local/build.sh --upstream           build only upstream's mpi-operator (if needed)
+#        deploy/local/build.sh --print-upstream-dir print its dir (bin/mpi-operator); no build
 # Env:   MPIJOB_K8S_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR   bin dir override (default <cache root>/<versions>/bin)
 #        MPIJOB_NODE_BIN_DIR  node bin dir override (default <cache root>/node_<versions>/bin)
 #        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>)
+#        MPIJOB_UPSTREAM_DIR  upstream mpi-operator dir override (default <cache root>/mpi-operator-<version>)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +32,7 @@ STAMP=.build-complete
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
 KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-$KUEUE_VERSION}
 # The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
+UPSTREAM_DIR=${MPIJOB_UPSTREAM_DIR:-$CACHE_ROOT/mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
 NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
 NODE_BIN_DIR=${MPIJOB_NODE_BIN_DIR:-$CACHE_ROOT/$NODE_KEY/bin}
 
@@ -52,11 +57,18 @@ case "${1:-}" in
     echo "$KUEUE_DIR"
     exit 0
     ;;
+  --print-upstream-dir)
+    [ -f "$UPSTREAM_DIR/$STAMP" ] || { log "upstream mpi-operator not built: $UPSTREAM_DIR"; exit 1; }
+    echo "$UPSTREAM_DIR"
+    exit 0
+    ;;
+  --upstream) MODE=upstream ;;
   --print-node-bin-dir)
     [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
   --node) MODE=node ;;
+  --control-plane) MODE=control-plane-only ;;
   "") ;;
-  *) echo "usage: $0 [--node|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--control-plane|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir]" >&2; exit 2 ;;
 esac
 
 TIMINGS="$CACHE_ROOT/timings"
@@ -240,6 +252,23 @@ kueue() {
   echo "kueue $KUEUE_VERSION" >"$STAGE/versions.txt"
 }
 
+# Upstream's real operator (the differential tier's oracle), its module built as released: no replace lines.
+# Built inside its own module (go.sum as released): `go install mod@version` would also ask the proxy for
+# the module's version list (a deprecation check), which the proxy may refuse.
+build_upstream() {
+  local src
+  src=$(go_mod_dir "github.com/kubeflow/mpi-operator@$UPSTREAM_MPI_OPERATOR_VERSION")
+  mkdir -p "$STAGE/bin"
+  cd "$src"
+  go build -mod=readonly -trimpath -ldflags "-s -w" -o "$STAGE/bin/mpi-operator" ./cmd/mpi-operator
+}
+
+upstream() {
+  stage "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" 300 build_upstream
+  [ -x "$STAGE/bin/mpi-operator" ] || fail "the build made no mpi-operator (see $BUILD_LOG)"
+  echo "mpi-operator $UPSTREAM_MPI_OPERATOR_VERSION" >"$STAGE/versions.txt"
+}
+
 node_binaries() {
   stage "coredns-$COREDNS_VERSION" 360 build_coredns
   stage "kubelet-$K8S_VERSION" 720 build_kubelet
@@ -255,6 +284,14 @@ if [ "$MODE" = node ]; then
   echo "$NODE_BIN_DIR"
   exit 0
 fi
+if [ "$MODE" = upstream ]; then
+  locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
+  echo "$UPSTREAM_DIR"
+  exit 0
+fi
 locked_build "$BIN_DIR" "$KEY" control_plane
-locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
+if [ "$MODE" != control-plane-only ]; then
+  locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
+  locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
+fi
 echo "$BIN_DIR"

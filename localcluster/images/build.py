@@ -33,9 +33,9 @@ BASE_PACKAGES = ("openssh-server", "openssh-client")
 BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
-# Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize deadlocks over TCP in 5 of 25 runs
-# (one rank spins in ucp_worker_progress closing endpoints while its peer already waits in the PMI
-# barrier; seen on the real node with gdb). PyPI's MPICH 5 uses libfabric's tcp provider.
+# Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize can deadlock over TCP (one rank spins
+# in ucp_worker_progress closing endpoints while its peer already waits in the PMI barrier). PyPI's MPICH 5
+# uses libfabric's tcp provider.
 MPICH_REQUIREMENT = "mpich==5.0.2"
 MPICH_PREFIX = "/opt/mpich"
 PAUSE_IMAGE = "localhost/pause:local"
@@ -206,14 +206,18 @@ def _chroot_build(lower: Path, upper: Path, input_dir: Path, script: str) -> Non
         merged, work = Path(tmp) / "merged", Path(tmp) / "work"
         merged.mkdir()
         work.mkdir()
+        # The host's pip settings (PIP_FIND_LINKS, ...) name host paths; inside the chroot they only
+        # make pip warn. The recipes pass pip what it needs.
+        host_env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env = dict(
-            os.environ,
+            host_env,
             LOWER=str(lower),
             UPPER=str(upper),
             WORKDIR=str(work),
             MERGED=str(merged),
             INPUT=str(input_dir),
             DEBIAN_FRONTEND="noninteractive",
+            DEBCONF_NOWARNINGS="yes",  # no "delaying package configuration, since apt-utils ..."
             LC_ALL="C",
         )
         _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _OVERLAY_SH], env=env)
@@ -438,8 +442,9 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
                 "python3 -m venv /opt/mpijob-operator\n"
                 "/opt/mpijob-operator/bin/pip install -q --no-index --find-links /tmp/build"
                 f" /tmp/build/{wheel.name}\n"
-                "groupadd --gid 65532 mpi-operator\n"
-                "useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
+                # -K: 65532 (distroless' nonroot) is above login.defs' range, which only makes them warn.
+                "groupadd -K GID_MAX=65534 --gid 65532 mpi-operator\n"
+                "useradd -K UID_MAX=65534 --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent"
                 " --shell /usr/sbin/nologin mpi-operator\n"
                 "find /opt/mpijob-operator -name __pycache__ -prune -exec rm -rf {} +\n"
             )

@@ -21,14 +21,17 @@ Rules (docs/architecture.md, DESIGN §3):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from reconcile.engine.managedfields import NOTHING, owned_by, select, without
-from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan, Wait
+from reconcile.engine.plan import Conflict, Converged, Create, Delete, ObjectKey, Patch, Plan, Wait
 from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
 from reconcile.engine.semantics import (
     MISSING,
@@ -54,6 +57,15 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
     return ""
 
 
+def digest(obj: Mapping[str, Any]) -> bytes:
+    """A digest of a desired object as rendered (JSON, keys sorted: the same object gives the same digest)."""
+    try:
+        text = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:  # what orjson refuses (an integer beyond 64 bits): the standard library's form
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
 def plan(
     desired: Iterable[Mapping[str, Any]],
     live: Iterable[Mapping[str, Any]],
@@ -61,9 +73,12 @@ def plan(
     owner_uid: str,
     *,
     field_manager: str | None = None,
+    converged: frozenset[Converged] = frozenset(),
 ) -> Plan:
     """``field_manager`` (default: the policy's) is the executor's: its managedFields entries say what
-    we set before."""
+    we set before. ``converged`` is an earlier plan's ``Plan.converged``: a live object whose uid and
+    resourceVersion are unchanged, desired as before, is not compared again (the comparison is pure, so
+    its answer is the same); the returned plan's ``converged`` carries the pairs found converged now."""
     if not owner_uid:
         raise ValueError("owner_uid is required: without it every object would look foreign or ours")
     manager = field_manager or policy.field_manager
@@ -76,14 +91,15 @@ def plan(
     conflicts: list[Conflict] = []
     waits: list[Wait] = []
     wanted: set[ObjectKey] = set()
+    now_converged: set[Converged] = set()
     for index, raw in enumerate(desired):
-        want = normalise_desired(raw)
-        key = ObjectKey.of(want)
+        key = ObjectKey.of(raw)
         if key in wanted:
             raise ValueError(f"desired objects hold {key} twice")
         wanted.add(key)
         have = live_by_key.get(key)
         if have is None:
+            want = normalise_desired(raw)
             creates.append((policy.rank(key.kind), index, Create(key, want["apiVersion"], want)))
             continue
         meta = have.get("metadata") or {}
@@ -93,9 +109,16 @@ def plan(
         elif meta.get("deletionTimestamp"):
             waits.append(Wait(key, str(meta.get("uid", ""))))
         else:
-            patch = _patch(key, want, have, policy.for_kind(key.group, key.kind), manager)
+            version = str(meta.get("resourceVersion") or "")
+            mark = (str(meta.get("uid", "")), version, digest(raw)) if version else None
+            if mark is not None and mark in converged:
+                now_converged.add(mark)
+                continue
+            patch = _patch(key, normalise_desired(raw), have, policy.for_kind(key.group, key.kind), manager)
             if patch is not None:
                 patches.append(patch)
+            elif mark is not None:
+                now_converged.add(mark)
 
     deletes = [
         Delete(key, str(obj.get("apiVersion", "")), str(obj["metadata"].get("uid", "")))
@@ -112,6 +135,7 @@ def plan(
         deletes=tuple(deletes),
         conflicts=tuple(conflicts),
         waits=tuple(waits),
+        converged=frozenset(now_converged),
     )
 
 

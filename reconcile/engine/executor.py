@@ -1,4 +1,4 @@
-"""execute(plan, client) -> ExecResult: carry out a Plan through the API server. Thin and generic.
+"""execute(plan, writer) -> ExecResult: carry out a Plan through the API server. Thin and generic.
 
 Protocol, one field manager (the caller's) throughout:
 
@@ -38,24 +38,21 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal
 
 import attrs
-from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from urllib3.exceptions import HTTPError
 
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.writer import Writer
 
 log = logging.getLogger(__name__)
 
-JSON_PATCH: Final = "application/json-patch+json"
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 ERR_RESOURCE_EXISTS: Final = "ErrResourceExists"
@@ -135,22 +132,9 @@ class ExecResult:
         return Counter((r.verb, r.kind, r.code) for r in self.requests)
 
 
-_DYNAMIC: weakref.WeakKeyDictionary[ApiClient, DynamicClient] = weakref.WeakKeyDictionary()
-
-
-def _dynamic(client: ApiClient | DynamicClient) -> DynamicClient:
-    """One DynamicClient (and so one discovery cache) per ApiClient; anything else is used as is."""
-    if not isinstance(client, ApiClient):
-        return client
-    dyn = _DYNAMIC.get(client)
-    if dyn is None:
-        dyn = _DYNAMIC[client] = DynamicClient(client)
-    return dyn
-
-
 def execute(
     plan: Plan,
-    client: ApiClient | DynamicClient,
+    writer: Writer,
     field_manager: str,
     *,
     dry_run: bool = False,
@@ -165,7 +149,7 @@ def execute(
     if not plan.writes and not plan.conflicts:
         return ExecResult()
     try:
-        dyn = _dynamic(client)  # discovery on first use: it can fail like any request
+        writer.prepare()  # e.g. discovery: it can fail like any request
     except (ApiException, HTTPError, OSError) as exc:
         log.warning("API discovery failed: %s", _message(exc))
         return ExecResult(
@@ -176,7 +160,7 @@ def execute(
             ),
             retry=True,
         )
-    run = _Run(dyn, field_manager, "All" if dry_run else None, create_rules.permanent_codes, on_done)
+    run = _Run(writer, field_manager, "All" if dry_run else None, create_rules.permanent_codes, on_done)
     for delete in plan.deletes:
         run.delete(delete)
     _creates(run, plan, create_rules)
@@ -300,10 +284,6 @@ def _causes(exc: BaseException) -> list[Any]:
         return []
 
 
-def _plain(_client: Any, data: Any) -> Any:
-    return data
-
-
 def _retryable(status: int | None) -> bool:
     return status is None or status in (409, 429) or status >= 500
 
@@ -311,13 +291,13 @@ def _retryable(status: int | None) -> bool:
 class _Run:
     def __init__(
         self,
-        dyn: DynamicClient,
+        writer: Writer,
         field_manager: str,
         dry_run: str | None,
         permanent_codes: frozenset[int] = frozenset(),
         on_done: Callable[[Outcome], None] | None = None,
     ) -> None:
-        self.dyn = dyn
+        self.writer = writer
         self.on_done = on_done
         self.permanent_codes = permanent_codes
         self.skipped: list[ObjectKey] = []
@@ -330,28 +310,26 @@ class _Run:
         self.retry = False
         self.replan = False
 
-    def _resource(self, api_version: str, key: ObjectKey, verb: Verb) -> Any:
+    def _resource(self, api_version: str, key: ObjectKey, verb: Verb) -> object | None:
         try:
-            return self.dyn.resources.get(api_version=api_version, kind=key.kind)
+            return self.writer.resource(api_version, key.kind)
         except (ResourceNotFoundError, ApiException, HTTPError, OSError) as exc:
             # e.g. a custom resource whose CRD is not installed (yet): worth a retry with backoff.
             self._fail(key, verb, "discovery", f"{api_version} {key.kind}: {_message(exc)}", retry=True)
             return None
 
-    def _call(self, verb: Verb, key: ObjectKey, fn: Any, **kwargs: Any) -> tuple[dict[str, Any] | None, Any]:
+    def _call(
+        self, verb: Verb, key: ObjectKey, send: Callable[[], dict[str, Any] | None]
+    ) -> tuple[dict[str, Any] | None, BaseException | None]:
         """Send one request; returns (response dict, None) or (None, exception)."""
-        if isinstance(self.dyn, DynamicClient):
-            # the answer as the plain dict it was decoded into: a ResourceInstance wraps every field in an
-            # object and to_dict() walks them all again, CPU spent for nothing
-            kwargs["serializer"] = _plain
         try:
-            answer = fn(**kwargs)
+            answer = send()
         except (ApiException, HTTPError, OSError) as exc:
             status = _status(exc)
             self.requests.append(Request(verb, key.kind, str(status) if status is not None else "error"))
             return None, exc
         self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
-        return (answer.to_dict() if hasattr(answer, "to_dict") else answer), None
+        return answer, None
 
     def _finish(self, outcome: Outcome) -> None:
         if self.on_done is not None and outcome.object is not None:
@@ -396,12 +374,13 @@ class _Run:
         answer, exc = self._call(
             "create",
             entry.key,
-            self.dyn.create,
-            resource=res,
-            body=entry.body,
-            namespace=entry.key.namespace or None,
-            field_manager=self.field_manager,
-            dry_run=self.dry_run,
+            lambda: self.writer.create(
+                res,
+                entry.body,
+                namespace=entry.key.namespace or None,
+                field_manager=self.field_manager,
+                dry_run=self.dry_run,
+            ),
         )
         if exc is None:
             self._finish(Outcome(entry.key, "created", answer))
@@ -417,36 +396,38 @@ class _Run:
         res = self._resource(entry.api_version, entry.key, "apply")
         if res is None:
             return
+        answer: dict[str, Any] | None = None
         if entry.removal_patch:
             answer, exc = self._call(
                 "patch",
                 entry.key,
-                self.dyn.patch,
-                resource=res,
-                body=list(entry.removal_patch),
-                name=entry.key.name,
-                namespace=entry.key.namespace or None,
-                content_type=JSON_PATCH,
-                field_manager=self.field_manager,
-                dry_run=self.dry_run,
+                lambda: self.writer.json_patch(
+                    res,
+                    entry.key.name,
+                    entry.removal_patch,
+                    namespace=entry.key.namespace or None,
+                    field_manager=self.field_manager,
+                    dry_run=self.dry_run,
+                ),
             )
             if exc is not None:
                 self._removal_failed(entry, exc)
                 return
-            if entry.body is None:
-                self._finish(Outcome(entry.key, "configured", answer))
-                return
+        body = entry.body
+        if body is None:  # removals only
+            self._finish(Outcome(entry.key, "configured", answer))
+            return
         answer, exc = self._call(
             "apply",
             entry.key,
-            self.dyn.server_side_apply,
-            resource=res,
-            body=entry.body,
-            name=entry.key.name,
-            namespace=entry.key.namespace or None,
-            field_manager=self.field_manager,
-            force_conflicts=True,
-            dry_run=self.dry_run,
+            lambda: self.writer.apply(
+                res,
+                entry.key.name,
+                body,
+                namespace=entry.key.namespace or None,
+                field_manager=self.field_manager,
+                dry_run=self.dry_run,
+            ),
         )
         if exc is None:
             self._finish(Outcome(entry.key, "configured", answer))
@@ -479,12 +460,9 @@ class _Run:
         answer, exc = self._call(
             "delete",
             entry.key,
-            self.dyn.delete,
-            resource=res,
-            name=entry.key.name,
-            namespace=entry.key.namespace or None,
-            body=options,
-            dry_run=self.dry_run,
+            lambda: self.writer.delete(
+                res, entry.key.name, options, namespace=entry.key.namespace or None, dry_run=self.dry_run
+            ),
         )
         if exc is None:
             self._finish(Outcome(entry.key, "deleted", answer))

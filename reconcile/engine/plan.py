@@ -146,6 +146,10 @@ class Wait:
         return f"wait {self.key}: being deleted (uid {self.uid})"
 
 
+# (live uid, live resourceVersion, digest of the desired object as rendered)
+Converged = tuple[str, str, bytes]
+
+
 @attrs.frozen
 class Plan:
     creates: tuple[Create, ...] = ()
@@ -153,6 +157,9 @@ class Plan:
     deletes: tuple[Delete, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
     waits: tuple[Wait, ...] = ()
+    # The (uid, resourceVersion, digest of the desired object) of every live object found to hold what
+    # is desired: a later plan given them skips comparing those pairs again. Not part of the plan proper.
+    converged: frozenset[Converged] = attrs.field(factory=frozenset, eq=False, repr=False)
 
     @property
     def entries(self) -> tuple[Create | Patch | Delete | Conflict | Wait, ...]:

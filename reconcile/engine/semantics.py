@@ -64,7 +64,8 @@ def _quantity(value: Any) -> Decimal | None:
         return None
     try:
         # str() first: Decimal(0.1) would carry the binary float error into the comparison.
-        return parse_quantity(str(value) if isinstance(value, float) else value)
+        quantity: Decimal = parse_quantity(str(value) if isinstance(value, float) else value)
+        return quantity
     except ValueError:
         return None
 
@@ -82,12 +83,17 @@ def scalar_equal(desired: Any, live: Any, path: Sequence[str] = ()) -> bool:
         if d is not None and l_ is not None:
             return d == l_
     if _is_number(desired) and _is_number(live):
-        return desired == live
+        return bool(desired == live)
     return type(desired) is type(live) and desired == live
 
 
 def strict_equal(a: Any, b: Any) -> bool:
     """Structural equality that, unlike ``==``, tells ``True`` from ``1`` and ``1`` from ``1.0``."""
+    ta, tb = type(a), type(b)
+    if ta is str or ta is bool or ta is int or ta is float or ta is type(None):  # the common leaves first
+        return ta is tb and a == b
+    if ta is dict and tb is dict:
+        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -118,7 +124,7 @@ def mask(desired: Any, live: Any, path: tuple[str, ...] = ()) -> Any:
 def _mask_list(desired: list[Any], live: list[Any], path: tuple[str, ...]) -> list[Any]:
     ltype = list_type(path)
     if ltype.kind == "map":
-        by_key = {}
+        by_key: dict[tuple[Any, ...] | None, Any] = {}
         for item in live:
             by_key.setdefault(item_key(item, ltype.keys), item)
         out = []
@@ -142,6 +148,13 @@ def holds(desired: Any, live: Any) -> bool:
 
 def drop_nulls(value: Any) -> Any:
     """A deep copy without ``None`` map values: the API server never stores them."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float:  # immutable: no copy, no ABC check
+        return value
+    if kind is dict:
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if kind is list:
+        return [drop_nulls(v) for v in value]
     if isinstance(value, Mapping):
         return {k: drop_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -153,7 +166,7 @@ def drop_nulls(value: Any) -> Any:
 
 def normalise_desired(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Desired object in the form the server stores: no nulls, Secret ``stringData`` folded into ``data``."""
-    out = drop_nulls(obj)
+    out: dict[str, Any] = drop_nulls(obj)
     if out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and out.get("stringData"):
         data = dict(out.get("data") or {})
         for key, text in out.pop("stringData").items():

@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from kubernetes.dynamic import DynamicClient
+from urllib3.exceptions import HTTPError
 
 import render
 from reconcile.engine import managedfields
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
+from reconcile.engine.writer import Writer
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import (
     Action,
@@ -36,7 +37,6 @@ from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, podgroup_resource
 from reconcile.mpijob.syncstate import condition_true, status_changed
 from reconcile.runtime import events as ev
-from reconcile.runtime.discovery import static_client
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.fence import NotLeader
 from reconcile.runtime.informer import Informer, controller_ref, key_of
@@ -54,6 +54,7 @@ from reconcile.runtime.kube import (
     Resource,
     resource_for,
 )
+from reconcile.runtime.kubewriter import KubeWriter
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import conditions as rcond
@@ -67,6 +68,8 @@ log = logging.getLogger(__name__)
 # A job whose sync fails this many times in a row gets condition SYNC_FAILED (an event every time).
 SYNC_FAILURES_FOR_CONDITION = 3
 SYNC_FAILED = "SyncFailed"
+# A key waits this long after the first watch event of a burst before its sync (WorkQueue.add_event).
+EVENT_BATCH_SECONDS = 0.1
 
 
 class Controller:
@@ -83,7 +86,8 @@ class Controller:
         queue_burst: int = 100,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         field_manager: str = FIELD_MANAGER,
-        writer: DynamicClient | None = None,
+        writer: Writer | None = None,
+        event_batch: float = EVENT_BATCH_SECONDS,
     ) -> None:
         self.kube = kube
         self.config = config
@@ -92,6 +96,7 @@ class Controller:
         self.namespace = namespace or None
         self.threadiness = threadiness
         self.field_manager = field_manager
+        self.event_batch = event_batch
         self._now = now
         self.queue = WorkQueue(
             controller_rate_limiter(queue_qps, queue_burst), on_depth=metrics.queue_depth.set
@@ -122,7 +127,7 @@ class Controller:
         for inf in self.children.values():
             inf.add_handler(self._on_child)
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
-        self._client: DynamicClient | None = writer
+        self._writer: Writer | None = writer
         self._workers: list[threading.Thread] = []
         # key -> everything its syncs remember (reconcile.mpijob.memory): the only state between syncs
         self._memory: dict[str, JobMemory] = {}
@@ -146,7 +151,7 @@ class Controller:
     def _on_mpijob(self, event: str, old: dict | None, new: dict | None) -> None:
         obj = new if new is not None else old
         if obj is not None:
-            self.queue.add_event(key_of(obj))
+            self.queue.add_event(key_of(obj), self.event_batch)
 
     def _on_child(self, event: str, old: dict | None, new: dict | None) -> None:
         for obj in (old, new):
@@ -154,7 +159,7 @@ class Controller:
                 continue
             key = self.owner_key(obj)
             if key is not None:
-                self.queue.add_event(key)
+                self.queue.add_event(key, self.event_batch)
 
     def owner_key(self, obj: Mapping[str, Any]) -> str | None:
         """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""
@@ -235,7 +240,8 @@ class Controller:
                 self.queue.add_rate_limited(key)
         except Exception as err:
             result = "error"
-            if isinstance(err, (ApiError, SyncError)):
+            # expected ones (HTTPError, OSError: the API server is unreachable) without a traceback
+            if isinstance(err, (ApiError, SyncError, HTTPError, OSError)):
                 log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
             else:
                 log.exception("sync failed, requeued", extra={"key": key})
@@ -333,7 +339,7 @@ class Controller:
         """The job's live children from the caches (plus names held by objects our watches cannot see, read
         from the API server) and, for a Secret not created yet, fresh key material."""
         try:
-            job = render.parse_mpijob(obj)
+            job, memory = memory.job(obj)
         except render.ValidationError:
             return [], memory
         children = self.children_of(job)
@@ -350,13 +356,17 @@ class Controller:
             self._clear_launcher_start_time(decision.clear_start_time)
         if the_plan:
             log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
-        result = execute(
-            the_plan,
-            self._executor_client() if the_plan else self.kube.api_client,
-            self.field_manager,
-            owner_description="MPIJob",
-            create_rules=CREATE_RULES,
-            on_done=self._read_back,
+        result = (
+            execute(
+                the_plan,
+                self._executor_writer(),
+                self.field_manager,
+                owner_description="MPIJob",
+                create_rules=CREATE_RULES,
+                on_done=self._read_back,
+            )
+            if the_plan
+            else ExecResult()
         )
         self._after_execute(obj, the_plan, result)
         memory = remember(decision.memory, the_plan, result, now)
@@ -402,10 +412,10 @@ class Controller:
             if err.status not in (404, 409):
                 raise
 
-    def _executor_client(self) -> DynamicClient:
-        if self._client is None:
-            self._client = static_client(self.kube.api_client)
-        return self._client
+    def _executor_writer(self) -> Writer:
+        if self._writer is None:
+            self._writer = KubeWriter(self.kube)
+        return self._writer
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
@@ -489,7 +499,7 @@ class Controller:
         ):
             self.metrics.jobs_failed.inc()
 
-    def _clear_launcher_start_time(self, target: dict[str, Any]) -> None:
+    def _clear_launcher_start_time(self, target: Mapping[str, Any]) -> None:
         """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
         meta = target["metadata"]
         log.info("clearing the launcher Job's startTime to resume", extra={"job": meta["name"]})

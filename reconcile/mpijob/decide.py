@@ -31,11 +31,16 @@ from reconcile.mpijob.syncstate import (
 )
 from render import conditions as rcond
 from render import failures, names
+from render.children.sshwait import discovers_hosts
 from render.observed import CreateFailure
 
-# A status change in replica counts alone, or a ConfigMap patch alone (the hostfile), waits this long for
-# more (pods start one by one), then is written.
+# A job's first status, and a hostfile rewrite of a job whose launcher discovers hosts (it reads the list as
+# it runs), wait this long for more (pods start one by one), then are written.
 COALESCE_SECONDS = 1.0
+# A change in replica counts alone, and a hostfile rewrite nobody reads while the job runs, ride on the
+# next transition's write, or are written after this long: the counts shown lag at most this much, and a
+# job that starts and ends within it costs no write for them.
+QUIET_SECONDS = 10.0
 # A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
 MAX_WAKEUP_SECONDS = 24 * 3600.0
 # Slack past a moment, so the sync it wakes sees the moment passed.
@@ -70,7 +75,7 @@ class Decision:
     plan: Plan = attrs.field(factory=Plan)
     # The live launcher Job whose status.startTime must be cleared before the plan (a resume: the template
     # of a Job that ever started is immutable).
-    clear_start_time: dict[str, Any] | None = None
+    clear_start_time: Mapping[str, Any] | None = None
     # A plan that only rewrites the hostfile, held back: written by the sync at the hold's end.
     hostfile_held: bool = False
     hostfile_wake: float | None = None
@@ -144,7 +149,7 @@ def decide(
     if meta.get("deletionTimestamp") or is_managed_externally(mpijob):
         return Decision(Action.IGNORE, memory)
     try:
-        job = render.parse_mpijob(mpijob)
+        job, memory = memory.job(mpijob)
     except render.ValidationError:
         new = render.status(mpijob, render.Observed.from_objects((), now=now), config)
         old = dict(mpijob.get("status") or {})
@@ -168,15 +173,17 @@ def decide(
             "status": {k: v for k, v in (clear.get("status") or {}).items() if k != "startTime"},
         }
         live = [cleared if o is clear else o for o in live]
-    the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager)
+    the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager, converged=memory.converged)
+    memory = attrs.evolve(memory, converged=the_plan.converged)
 
-    hostfile_held, since = _hold(memory.hostfile_held_since, _only_hostfile(the_plan), now)
+    window = COALESCE_SECONDS if discovers_hosts(job) else QUIET_SECONDS
+    hostfile_held, since = _hold(memory.hostfile_held_since, _only_hostfile(the_plan), now, window)
     memory = attrs.evolve(memory, hostfile_held_since=since)
     hostfile_wake = None
     if hostfile_held:
         assert since is not None
         the_plan = Plan()  # the sync the queue hands out at the hold's end writes it
-        hostfile_wake = COALESCE_SECONDS - (now - since).total_seconds() + _SLACK
+        hostfile_wake = window - (now - since).total_seconds() + _SLACK
     the_plan, held_for = recreate.hold(memory.created, the_plan, now)
     recreate_wake = None if held_for is None else held_for + _SLACK
     status, memory = settle_status(job, mpijob, known, memory, now, observed)
@@ -200,7 +207,7 @@ def settle(
     config: render.Config,
 ) -> tuple[StatusDecision, JobMemory]:
     """The status from the world after this sync's writes (the caches hold them), and whether to write it."""
-    job = render.parse_mpijob(mpijob)
+    job, memory = memory.job(mpijob)
     observed = _observed(children, memory, now)
     new = render.status(job, observed, config)
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
@@ -220,16 +227,17 @@ def settle_status(
     wake = _wakeup(job, new, now, observed)
     if not worth_writing(old, new):
         return StatusDecision(old, new, False, False, wake), attrs.evolve(memory, status_held_since=None)
-    # Replica counts alone changed: hold the write up to COALESCE_SECONDS from the first such change, so
-    # the pods of a job starting one by one cost one write. A job's first status waits as long: a client
-    # that updates the MPIJob it just created (with the create's resourceVersion) must not meet a
-    # conflict of ours. A failure is written at once.
+    # Replica counts alone changed: hold the write up to QUIET_SECONDS from the first such change (a
+    # transition writes them at once), so pods starting and stopping cost no writes of their own. A job's
+    # first status waits COALESCE_SECONDS: a client that updates the MPIJob it just created (with the
+    # create's resourceVersion) must not meet a conflict of ours. A failure is written at once.
     first = not old.get("conditions") and not condition_true(new, "Failed")
-    held, since = _hold(memory.status_held_since, first or only_counts_changed(old, new), now)
+    window = COALESCE_SECONDS if first else QUIET_SECONDS
+    held, since = _hold(memory.status_held_since, first or only_counts_changed(old, new), now, window)
     memory = attrs.evolve(memory, status_held_since=since)
     if held:
         assert since is not None
-        until = COALESCE_SECONDS - (now - since).total_seconds() + _SLACK
+        until = window - (now - since).total_seconds() + _SLACK
         shown_wake = _wakeup(job, old, now, observed)
         wake = min(w for w in (until, shown_wake) if w is not None)
         return StatusDecision(old, new, False, True, wake), memory
@@ -281,12 +289,14 @@ def _only_hostfile(the_plan: Plan) -> bool:
     )
 
 
-def _hold(since: datetime | None, holdable: bool, now: datetime) -> tuple[bool, datetime | None]:
+def _hold(
+    since: datetime | None, holdable: bool, now: datetime, window: float
+) -> tuple[bool, datetime | None]:
     """(hold now?, the hold's start to remember)."""
     if not holdable:
         return False, None
     since = since or now
-    if (now - since).total_seconds() >= COALESCE_SECONDS:
+    if (now - since).total_seconds() >= window:
         return False, None
     return True, since
 

@@ -4,12 +4,15 @@ write: each field is a hint the world re-establishes, never the only record of a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import attrs
 
+from reconcile.engine.plan import Converged
 from reconcile.mpijob.recreate import Created
-from render import SSHKey
+from render import MPIJob, SSHKey, parse_mpijob
 from render.observed import CreateFailure, WorkerFailure
 
 
@@ -39,6 +42,19 @@ class JobMemory:
     # The children this operator created (how often, when last): those someone else keeps deleting are
     # created again with back-off (recreate.py).
     created: tuple[Created, ...] = ()
+    # The MPIJob as parsed at its resourceVersion (parsing and validating is pure: the same version parses
+    # the same), and the children the last plan found converged (reconcile.engine.plan.Plan.converged).
+    parsed: MPIJob | None = attrs.field(default=None, eq=False, repr=False)
+    parsed_version: str = ""
+    converged: frozenset[Converged] = attrs.field(factory=frozenset, eq=False, repr=False)
+
+    def job(self, mpijob: Mapping[str, Any]) -> tuple[MPIJob, JobMemory]:
+        """The parsed MPIJob (raises render.ValidationError), from this memory when its version was parsed."""
+        version = str((mpijob.get("metadata") or {}).get("resourceVersion") or "")
+        if version and self.parsed is not None and self.parsed_version == version:
+            return self.parsed, self
+        job = parse_mpijob(mpijob)
+        return job, attrs.evolve(self, parsed=job, parsed_version=version) if version else self
 
     def for_job(self, uid: str) -> JobMemory:
         """This memory if it is the job's, else a fresh one (the failure count belongs to the key)."""

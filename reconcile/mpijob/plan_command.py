@@ -104,7 +104,7 @@ def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.C
     report["plan"] = decision.plan.to_dict()
     report["summary"] = str(decision.plan)
     if decision.hostfile_held:
-        report["held"] = "a hostfile-only ConfigMap patch is held up to 1 s to be written with the next ones"
+        report["held"] = "a hostfile-only ConfigMap patch is held back, to be written with the next changes"
     report["writes"] = decision.plan.writes + (1 if report["status"] else 0) + len(report.get("before", ()))
     if decision.action is Action.DELETE_JOB:
         report["ttl"] = "expired: the operator deletes the MPIJob"

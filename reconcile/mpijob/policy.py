@@ -46,7 +46,7 @@ POLICY: Final = Policy(
 # workers cannot exist); the first failed create stops the rest (retried with back-off, as upstream); and
 # nothing is created while a foreign object holds a wanted name. The objects the pods refer to (Service,
 # ConfigMap, Secret, PodGroup) go out at once, then the first worker, then the other workers at once (a
-# bad template fails once), then the launcher: four round trips per job instead of 4 + workers (issue 17).
+# bad template fails once), then the launcher: four round trips per job instead of 4 + workers.
 CREATE_RULES: Final = CreateRules(
     permanent_codes=frozenset({422}),
     last_kinds=frozenset({"Job"}),

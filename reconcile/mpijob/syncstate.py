@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from render import names
@@ -51,7 +51,7 @@ def worth_writing(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def only_counts_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """The change is in ``replicaStatuses`` alone (pods starting one by one), on a status that already has
-    conditions: a write that can wait for the next ones (issue 17: one write per transition)."""
+    conditions: a write that can wait for the next ones (one write per transition)."""
     if not (old or {}).get("conditions"):
         return False
     a, b = _comparable(old), _comparable(new)
@@ -81,8 +81,8 @@ def _controller_uid(obj: Mapping[str, Any]) -> str | None:
 
 
 def launcher_resume_needs_start_time_cleared(
-    desired: list[dict[str, Any]], live: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+    desired: Sequence[Mapping[str, Any]], live: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
     """The live launcher Job to clear ``.status.startTime`` on, when the job is being resumed.
 
     Kubernetes keeps a Job's template immutable once startTime is set, even while suspended, so the

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
@@ -21,6 +22,8 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import orjson
 
 from reconcile.engine import managedfields
 from reconcile.runtime.kube import ApiError, Kube, Resource
@@ -71,15 +74,16 @@ class Store:
         with self._lock:
             return self._items.get(key)
 
-    def list(self) -> list[Obj]:
+    # builtins.list: the method shadows the name in this class's annotations
+    def list(self) -> builtins.list[Obj]:
         with self._lock:
             return list(self._items.values())
 
-    def key_list(self) -> list[str]:
+    def key_list(self) -> builtins.list[str]:
         with self._lock:
             return list(self._items)
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         with self._lock:
             return [self._items[k] for k in sorted(self._indices[index].get(value, ()))]
 
@@ -315,7 +319,7 @@ class Informer:
             for line in lines:
                 if self._stop.is_set():
                     return
-                self._handle(json.loads(line))
+                self._handle(orjson.loads(line))
         finally:
             self._stream = None
 

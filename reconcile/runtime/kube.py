@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
+import orjson
 from kubernetes import config as kubeconfig
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
@@ -100,7 +101,7 @@ def resource_for(obj_or_api_version: Mapping[str, Any] | str, kind: str | None =
     else:
         api_version = obj_or_api_version
     try:
-        return _BY_TYPE[(api_version, kind)]
+        return _BY_TYPE[(api_version, kind or "")]
     except KeyError:
         raise KeyError(f"unknown resource {api_version} {kind}") from None
 
@@ -270,7 +271,7 @@ class Kube:
         data = resp.read()
         if not 200 <= resp.status <= 299:
             raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     def stream_lines(
         self,

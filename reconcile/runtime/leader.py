@@ -18,7 +18,6 @@ This module is that algorithm against plain Lease dicts, with three changes for 
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -26,6 +25,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from reconcile.runtime.fence import Fence
 from reconcile.runtime.kube import LEASE, ApiError, Kube
@@ -237,7 +238,7 @@ class LeaderElector:
                     failures = 0
                     if stop.is_set() or self._leading:
                         return
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     spec = (event.get("object") or {}).get("spec") or {}
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and (
                         event.get("type") == "DELETED" or not spec.get("holderIdentity")

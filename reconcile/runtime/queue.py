@@ -159,17 +159,19 @@ class WorkQueue:
         """A retry after a failure: per-key exponential backoff and the overall bucket."""
         self.add_after(key, self._limiter.when(key))
 
-    def add_event(self, key: Hashable) -> None:
+    def add_event(self, key: Hashable, batch: float = 0.0) -> None:
         """A watch event for ``key``: the overall bucket only, and nothing at all when the key will be
         synced anyway: queued, parked behind its own processing, or waiting on an earlier event's bucket
         delay. Only the first event since the key was last handed out pays a token. (client-go's
         AddRateLimited on every event lets a burst of events -- thousands of pod updates at scale -- run the
-        bucket minutes into debt and grow every key's backoff.)"""
+        bucket minutes into debt and grow every key's backoff.) With ``batch``, the key waits at least that
+        long after the first event, so the events of a burst (pods starting together, the echoes of one
+        sync's writes) are handled by one sync."""
         with self._cond:
             if self._shutting_down or key in self._dirty or key in self._event_pending:
                 return
             self._event_pending.add(key)
-        self.add_after(key, self._limiter.when_overall())
+        self.add_after(key, max(batch, self._limiter.when_overall()))
 
     def forget(self, key: Hashable) -> None:
         self._limiter.forget(key)

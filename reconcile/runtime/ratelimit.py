@@ -110,8 +110,8 @@ class MaxOfLimiter:
 
 def controller_rate_limiter(qps: float = 10, burst: int = 100, clock: Clock = time.monotonic) -> MaxOfLimiter:
     """Upstream's queue limiter: per-key 5 ms → 1000 s, and an overall bucket (#674) unless ``qps`` is 0
-    (the operator's default: the API client's adaptive limiter paces the writes themselves, and a bucket
-    of 10 syncs per second was what kept 200 jobs from their launchers for 20 s)."""
+    (the operator's default: the API client's adaptive limiter paces the writes themselves, and a shared
+    bucket of syncs holds back the launchers of a burst of new jobs)."""
     per_key = ItemExponentialLimiter(0.005, 1000.0)
     if qps <= 0:
         return MaxOfLimiter(per_key)
@@ -122,13 +122,12 @@ def controller_rate_limiter(qps: float = 10, burst: int = 100, clock: Clock = ti
 RETRY_AFTER_DEFAULT = 1.0  # a 429 without Retry-After: pause this long
 RETRY_AFTER_MAX = 30.0  # never trust a Retry-After further than this
 MIN_QPS = 1.0  # the slowest a series of 429s can push the client
-LATENCY_FLOOR_QPS = 5.0  # rising latency alone never slows the client below the old fixed default
+LATENCY_FLOOR_QPS = 5.0  # rising latency alone never slows the client below upstream's fixed limit
 LATENCY_FACTOR = 4.0  # latency this many times the baseline counts as the server struggling
 # ...and only if it is at least this many seconds: a server we keep busy answers in 0.1-2 s, and slowing
-# down then only slows us (measured on this 2-core machine: at 0.25 s the limiter held 200 x 4 at 20-400 QPS
-# for half the run; at 1 s it held a CPU-bound server's only client at 5-50 QPS, twice the pace's time,
-# with no other client to make room for). API Priority and Fairness queues us fairly meanwhile, and its
-# 429s are the signal that it has no room.
+# down then only slows us (a lower threshold throttles a busy server's only client, with no other client to
+# make room for). API Priority and Fairness queues us fairly meanwhile, and its 429s are the signal that
+# it has no room.
 LATENCY_MIN = 5.0
 UNLIMITED_ABOVE = 500.0  # a limit recovered past this many QPS is lifted
 ADJUST_EVERY = 1.0  # seconds between two changes of the limit (one burst of 429s is one signal)
@@ -138,7 +137,7 @@ class AdaptiveLimiter:
     """The API client's limiter: no client-side limit while the server keeps up, AIMD when it says not.
 
     * ``ceiling`` (``--kube-api-qps`` > 0) with ``burst``: a token bucket never faster than that, as the
-      fixed limiter was; ``None``: no fixed limit, the server's flow control (API Priority and Fairness)
+      client-go's limiter is; ``None``: no fixed limit, the server's flow control (API Priority and Fairness)
       is the limit, and its signals are obeyed:
     * a 429 (or a 5xx with ``Retry-After``) pauses every request of this client for ``Retry-After``
       seconds and halves the rate to at most half of what was achieved in the last second;

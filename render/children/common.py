@@ -43,7 +43,7 @@ def decorate_pod_spec(job: MPIJob, spec: dict[str, Any], hostname: str, config: 
     domain = search_domain(job, config)
     if domain not in searches:
         searches.append(domain)
-    container = spec["containers"][0]
+    container: dict[str, Any] = spec["containers"][0]
     secret: dict[str, Any] = {
         "secretName": names.ssh_secret_name(job.name),
         "items": [

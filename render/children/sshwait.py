@@ -93,6 +93,12 @@ def timeout_seconds(job: MPIJob) -> int:
     return int(value) if value is not None else DEFAULT_TIMEOUT_SECONDS
 
 
+def discovers_hosts(job: MPIJob) -> bool:
+    """A launcher container runs host discovery (Horovod elastic): it reads discover_hosts.sh as it runs."""
+    containers = (job.launcher.template.get("spec") or {}).get("containers") or []
+    return any(_elastic(c) for c in containers if isinstance(c, dict))
+
+
 def _elastic(container: dict[str, Any]) -> bool:
     words = [*(container.get("command") or []), *(container.get("args") or [])]
     return any(marker in str(w) for w in words for marker in ELASTIC_MARKERS)

@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import time
+import traceback
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import urllib3
+from kubernetes.client import ApiException
 
 from localcluster import ClusterSpec, LocalCluster, pki
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
@@ -176,12 +179,18 @@ def wanted_children(name: str, workers: int) -> dict[tuple[str, str], str]:
 
 
 class StatusRecorder:
-    """Watches the namespace's MPIJobs and keeps every version's status (to find regressions)."""
+    """Watches the namespace's MPIJobs and keeps every version's status (to find regressions).
+
+    A lost connection (the API server restarted, a watch cut) starts the watch again and is counted; any
+    other error ends the recording and is a problem of the scenario (``problems``), as is a job it never
+    saw finish: the regression check holds only for what was recorded."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.errors: list[str] = []
+        self.reconnects = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-recorder", daemon=True)
         self._rv = ""
@@ -192,31 +201,63 @@ class StatusRecorder:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(20)
+        if self._thread.is_alive():
+            self.errors.append("the recorder did not stop within 20s")
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            query: dict[str, Any] = {"watch": "true", "timeoutSeconds": 5, "allowWatchBookmarks": "true"}
-            if self._rv:
-                query["resourceVersion"] = self._rv
-            try:
-                for line in self.kube.stream_lines(MPIJOB.path(self.namespace), query, timeout=(5, 15)):
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        self._rv = ""
-                        break
-                    self._rv = (obj.get("metadata") or {}).get("resourceVersion", self._rv)
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self.history[obj["metadata"]["name"]].append(obj.get("status") or {})
-                    if self._stop.is_set():
-                        return
-            except Exception:
-                self._stop.wait(0.5)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._watch()
+                except (ApiException, OSError, urllib3.exceptions.HTTPError, json.JSONDecodeError):
+                    self.reconnects += 1  # a cut line or connection: the watch starts again
+                    self._stop.wait(0.5)
+        except Exception:
+            self.errors.append(traceback.format_exc())
+
+    def _watch(self) -> None:
+        query: dict[str, Any] = {"watch": "true", "timeoutSeconds": 5, "allowWatchBookmarks": "true"}
+        if self._rv:
+            query["resourceVersion"] = self._rv
+        for line in self.kube.stream_lines(MPIJOB.path(self.namespace), query, timeout=(5, 15)):
+            event = json.loads(line)
+            obj = event["object"]
+            if event["type"] == "ERROR":
+                if obj.get("code") != 410:  # only an expired resourceVersion is expected
+                    raise RuntimeError(f"watch error: {obj}")
+                self._rv = ""
+                return
+            self._rv = obj["metadata"]["resourceVersion"]
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self.history[obj["metadata"]["name"]].append(obj.get("status") or {})
+            if self._stop.is_set():
+                return
+
+    def saw_finished(self, name: str) -> bool:
+        statuses = self.history.get(name) or []
+        conds = (statuses[-1].get("conditions") or []) if statuses else []
+        return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in conds)
+
+    def wait_finished(self, names: list[str], timeout: float = 60.0) -> None:
+        """Until the recorder saw every job finish (what the checks compare with), or it failed, or the
+        timeout (``problems`` then tells)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.errors and self._thread.is_alive():
+            if all(self.saw_finished(n) for n in names):
+                return
+            time.sleep(0.2)
+
+    def problems(self, names: list[str]) -> list[str]:
+        out = [f"the status recorder failed: {e}" for e in self.errors]
+        if not self._thread.is_alive() and not self._stop.is_set() and not self.errors:
+            out.append("the status recorder ended early")
+        out += [f"{n}: the status recorder never saw it finish" for n in names if not self.saw_finished(n)]
+        return out
 
     def regressions(self) -> list[str]:
         """Succeeded/Failed never revert, completionTime never changes once set, Created never goes back
-        to absent or False -- except False with reason FailedCreate while a create is retried (issue 12's
+        to absent or False -- except False with reason FailedCreate while a create is retried (the
         deliberate signal), which must end True again (see ``flaps``)."""
         out = []
         for name, statuses in self.history.items():
@@ -305,6 +346,9 @@ class Report:
     non_leader_writes: list[str] = attrs.field(factory=list)
     launcher_before_deps: list[str] = attrs.field(factory=list)
     exits: list[str] = attrs.field(factory=list)  # operators that exited on their own
+    recorder: list[str] = attrs.field(factory=list)  # the status recorder's errors and blind spots
+    # per fault: the jobs with fewer children than wanted at that moment (the fault hit mid-build)
+    building_at_faults: list[int] = attrs.field(factory=list)
     operator_writes: int = 0
     extra: dict[str, Any] = attrs.field(factory=dict)
 
@@ -318,6 +362,7 @@ class Report:
             "non_leader_writes",
             "launcher_before_deps",
             "exits",
+            "recorder",
         )
         return {k: getattr(self, k) for k in keys if getattr(self, k)}
 
@@ -328,7 +373,10 @@ class Report:
             non_leader_writes=len(self.non_leader_writes),
             launcher_before_deps=len(self.launcher_before_deps),
             exits=len(self.exits),
+            recorder=len(self.recorder),
         )
+        if self.building_at_faults:
+            counts["jobs_building_at_each_fault"] = self.building_at_faults
         return {
             "scenario": self.scenario,
             "jobs": self.jobs,
@@ -397,7 +445,10 @@ def check(
     writes = operator_writes(events, namespace)
     timeline = lease_timeline(cc.audit(0))
     report = Report(scenario, len(uids), stuck=sorted(stuck), operator_writes=len(writes))
+    recorder.wait_finished(sorted(uids))
+    report.recorder = recorder.problems(sorted(uids))
     report.status_regressions = recorder.regressions()
+    report.extra["recorder_reconnects"] = recorder.reconnects
     report.extra["created_false_failedcreate_versions"] = recorder.flaps()
 
     # no write by a non-leader: the Lease's holder when the API server received the write
@@ -476,6 +527,38 @@ def check(
                 report.orphans.append(f"pods/{meta['name']}: a worker left after its job finished")
     report.extra["operator_write_codes"] = dict(Counter(str(e["responseStatus"].get("code")) for e in writes))
     return report
+
+
+def children_created(cc: ChaosCluster, namespace: str, since: float) -> int:
+    """How many children the operator created in ``namespace`` (201 in the audit log) since ``since``."""
+    return sum(
+        1
+        for e in operator_writes(cc.audit(since), namespace)
+        if e["verb"] == "create"
+        and e["objectRef"].get("resource") in CHILD_PLURALS
+        and (e.get("responseStatus") or {}).get("code") == 201
+    )
+
+
+def wait_children_created(
+    cc: ChaosCluster, namespace: str, since: float, n: int, timeout: float = 120
+) -> None:
+    """Until the operator created ``n`` children since ``since`` (a fault placed mid-build)."""
+    deadline = time.monotonic() + timeout
+    while children_created(cc, namespace, since) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} children created within {timeout:.0f}s"
+        time.sleep(0.1)
+
+
+def jobs_building(cc: ChaosCluster, namespace: str, names: list[str], workers: int) -> int:
+    """How many of the jobs have fewer children than wanted right now."""
+    assert cc.admin is not None
+    present = {
+        (res.plural, o["metadata"]["name"])
+        for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
+        for o in cc.admin.list(res, namespace)["items"]
+    }
+    return sum(1 for name in names if not set(wanted_children(name, workers)) <= present)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from tests.chaos.harness import (
     check,
     holder_at,
     identity_of,
+    jobs_building,
     lease_timeline,
     mpijob,
     operator_writes,
@@ -26,6 +27,7 @@ from tests.chaos.harness import (
     submit,
     ts,
     wait_all_succeeded,
+    wait_children_created,
 )
 
 WORKERS = 2
@@ -40,6 +42,15 @@ def _exited(report: Report, *ops: OperatorRunner) -> None:
     for op in ops:
         if not op.alive():
             report.exits.append(f"{op.log_path.name} exited with {op.returncode()}:\n{op.log_tail(3000)}")
+
+
+def _wait_standby(op: OperatorRunner, timeout: float = 60.0) -> None:
+    """Until ``op`` runs as a standby: its probes answer, it does not lead."""
+    deadline = time.monotonic() + timeout
+    while not (op.http("/healthz")[0] == 200 and not op.is_leader()):
+        assert op.alive(), f"the standby exited:\n{op.log_tail()}"
+        assert time.monotonic() < deadline, f"no standby within {timeout:.0f}s:\n{op.log_tail()}"
+        time.sleep(0.2)
 
 
 def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:
@@ -69,7 +80,6 @@ def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int 
             uids = submit(cc.admin, ns, names, WORKERS)
             stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
             _settle(cc, ns)
-            time.sleep(2)
             report = check(cc, "fault proxy", ns, uids, WORKERS, since, stuck, recorder)
             report.faults = dict(proxy.counts)
             _exited(report, op)
@@ -88,16 +98,22 @@ def kill9(cc: ChaosCluster, jobs: int = 12, kills: int = 3, seed: int = 2) -> Re
     with running(op):
         op.start(timeout=120)
         names = _names("k", jobs)
+        started = time.time()
         uids = submit(cc.admin, ns, names, WORKERS)
+        building = []
+        # each kill after a random number of creates of the running process: always mid-build
+        per_kill = max(2, jobs * (4 + WORKERS) // (kills + 1))
         for _ in range(kills):
-            time.sleep(rng.uniform(0.5, 4.0))
+            wait_children_created(cc, ns, started, rng.randint(1, per_kill))
+            building.append(jobs_building(cc, ns, names, WORKERS))
             op.kill()
+            started = time.time()
             op.start(wait=False)  # a new identity: it waits for the dead one's Lease to expire
         stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
         _settle(cc, ns)
-        time.sleep(2)
         report = check(cc, "kill -9", ns, uids, WORKERS, since, stuck, recorder)
         report.faults = {"kill -9": kills}
+        report.building_at_faults = building
         _exited(report, op)
     recorder.stop()
     return report
@@ -127,7 +143,7 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
     with running(a, b):
         a.start(timeout=120)  # a leads (b has not started yet)
         b.start(wait=False)
-        time.sleep(2)
+        _wait_standby(b)
         names = _names("t", jobs)
         uids = submit(cc.admin, ns, names, WORKERS)
         # let the leader get going, then SIGTERM while most of the backlog is still queued
@@ -140,7 +156,6 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
         exited = time.time()
         stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
         _settle(cc, ns)
-        time.sleep(2)
         report = check(cc, "leader SIGTERM, two replicas", ns, uids, WORKERS, since, stuck, recorder)
         events = cc.audit(since)
         timeline = lease_timeline(cc.audit(0))
@@ -191,15 +206,20 @@ def apiserver_restart(cc: ChaosCluster, jobs: int = 8, restarts: int = 1, seed: 
     with running(op):
         op.start(timeout=120)
         names = _names("a", jobs)
+        started = time.time()
         uids = submit(cc.admin, ns, names, WORKERS)
-        for _ in range(restarts):
-            time.sleep(rng.uniform(1.0, 4.0))
+        building = []
+        per_restart = max(2, jobs * (4 + WORKERS) // (restarts + 1))
+        for i in range(restarts):
+            # after a random number of creates: always mid-build
+            wait_children_created(cc, ns, started, rng.randint(1, per_restart) + i * per_restart)
+            building.append(jobs_building(cc, ns, names, WORKERS))
             downtime.append(round(cc.cluster.restart_apiserver(kill=True), 2))
         stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
         _settle(cc, ns)
-        time.sleep(2)
         report = check(cc, "kube-apiserver SIGKILL + restart", ns, uids, WORKERS, since, stuck, recorder)
         report.faults = {"kube-apiserver SIGKILL": restarts}
+        report.building_at_faults = building
         report.extra["apiserver_down_s"] = downtime
         report.extra["transient_errors"] = (
             op.metric("mpi_operator_transient_errors_total") if op.alive() else None

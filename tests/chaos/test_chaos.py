@@ -40,8 +40,18 @@ def test_fault_proxy(chaos_cluster):
     assert sum(report.faults.values()) > 0, "no fault was injected"
 
 
+def hit_mid_build(report: Report) -> None:
+    """Every fault came while some job had fewer children than wanted."""
+    assert len(report.building_at_faults) == sum(report.faults.values()), report.building_at_faults
+    assert all(n > 0 for n in report.building_at_faults), (
+        f"jobs building at each fault: {report.building_at_faults}"
+    )
+
+
 def test_kill9_at_random_moments(chaos_cluster):
-    assert_clean(scenarios.kill9(chaos_cluster, jobs=10, kills=3))
+    report = scenarios.kill9(chaos_cluster, jobs=10, kills=3)
+    assert_clean(report)
+    hit_mid_build(report)
 
 
 def test_leader_sigterm_with_a_backlog(chaos_cluster):
@@ -56,6 +66,7 @@ def test_leader_sigterm_with_a_backlog(chaos_cluster):
 def test_apiserver_sigkill_and_restart(chaos_cluster):
     report = scenarios.apiserver_restart(chaos_cluster, jobs=6)
     assert_clean(report)
+    hit_mid_build(report)
 
 
 def test_crashing_workers_beside_healthy_jobs(chaos_cluster):

@@ -55,6 +55,19 @@ def pods_of_job(core: client.CoreV1Api, namespace: str, job: str) -> list[client
     return core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
 
 
+def _launcher_finished(api_client, namespace: str) -> None:
+    """Start an unmarked Job and wait until it completes: its pod's exit delay has passed."""
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    batch.create_namespaced_job(namespace, job_body("reference"))
+    wait_for(
+        lambda: batch.read_namespaced_job("reference", namespace),
+        lambda j: job_condition(j, "Complete"),
+        "Complete",
+    )
+    [pod] = pods_of_job(core, namespace, "reference")
+    assert pod.status.phase == "Succeeded"
+
+
 # ---- L1 -------------------------------------------------------------------------------------------------
 
 
@@ -67,13 +80,15 @@ def test_l1_apiserver_serves_pinned_version(l1_cluster: LocalCluster, api_client
 
 
 @pytest.mark.l1
-def test_l1_has_no_controllers_or_nodes(api_client, namespace):
+def test_l1_has_no_controllers_or_nodes(l1_cluster: LocalCluster, api_client, namespace):
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     assert core.list_node().items == []
+    # Envtest-like: only etcd and the API server run, so nothing can create pods for a Job (tests move
+    # status by hand) -- shown by what runs, not by waiting for nothing to happen.
+    assert sorted(p.name for p in l1_cluster.procs) == ["etcd", "kube-apiserver"]
     batch.create_namespaced_job(namespace, job_body("idle"))
-    # Envtest-like: nothing creates pods for the Job; tests move status by hand.
-    time.sleep(2)
     assert pods_of_job(core, namespace, "idle") == []
+    assert batch.read_namespaced_job("idle", namespace).status.start_time is None
 
 
 @pytest.mark.l1
@@ -221,8 +236,9 @@ def test_l2_pod_is_scheduled_running_and_ready(api_client, namespace):
     assert pod.spec.node_name.startswith(NODE_PREFIX)
     assert pod.status.pod_ip
     assert pod.status.container_statuses[0].state.running is not None
-    # Not owned by a Job: it keeps running (like an sshd worker) well past the launcher's exit delay.
-    time.sleep(3)
+    # Not owned by a Job: it keeps running (like an sshd worker) after a launcher started after it has
+    # run its exit delay and finished.
+    _launcher_finished(api_client, namespace)
     assert core.read_namespaced_pod("worker-0", namespace).status.phase == "Running"
 
 
@@ -283,7 +299,7 @@ def test_l2_held_job_pod_keeps_running(api_client, namespace):
         lambda pods: len(pods) == 1 and pods[0].status.phase == "Running",
         "held launcher pod Running",
     )
-    time.sleep(3)
+    _launcher_finished(api_client, namespace)  # an unheld one, started after it, has finished
     [pod] = pods_of_job(core, namespace, "held")
     assert pod.status.phase == "Running"
     assert not job_condition(batch.read_namespaced_job("held", namespace), "Complete")

@@ -1,4 +1,4 @@
-"""L1: the API server's admission and render's validation agree on every bound (issue 12, item 1).
+"""L1: the API server's admission and render's validation agree on every bound.
 
 Each case goes to the real kube-apiserver as a server-side dry run and through render.parse_mpijob; both
 must accept it or both reject it, and a rejection names the field and, for the worker count, the limit.

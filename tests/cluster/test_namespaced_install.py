@@ -1,5 +1,5 @@
 """L1: the namespace-scoped install (deploy/namespaced) gives the operator Roles in its watched namespaces
-and nothing cluster-wide: it cannot read Secrets elsewhere (issue 12, item 6)."""
+and nothing cluster-wide: it cannot read Secrets elsewhere."""
 
 from __future__ import annotations
 

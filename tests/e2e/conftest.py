@@ -79,7 +79,8 @@ def kube(e2e_cluster: LocalCluster) -> Iterator[Kube]:
 
 @pytest.fixture
 def e2e(e2e_cluster: LocalCluster, kube: Kube, namespace: str, operator: OperatorRunner) -> E2E:
-    if not operator.alive():  # a crashed operator would fail every later test: start it again
+    if not operator.alive():  # its death failed the test during which it died (tests/conftest.py)
+        operator.check()  # raises if that was not told yet
         operator.start()
     return E2E(e2e_cluster, kube, namespace, operator)
 

@@ -4,7 +4,7 @@ with both removed in one patch, as Kueue does on preemption or a pods-ready time
 
 Before the engine's fix the apply that suspends the launcher Job asked server-side apply to remove the
 nodeSelector and toleration from its (immutable) template: 422 on every retry, the launcher kept running
-and Kueue never got its quota back (issue 10).
+and Kueue never got its quota back.
 """
 
 from __future__ import annotations

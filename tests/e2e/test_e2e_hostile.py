@@ -1,4 +1,4 @@
-"""Hostile MPIJobs through the API server with the operator running (issue 12): every invalid job is
+"""Hostile MPIJobs through the API server with the operator running: every invalid job is
 rejected at admission or, within 30 s, ends with a condition naming the field; no launcher starts for a
 job whose workers cannot exist; a name held by a foreign object leaves no worker running; and a normal job
 beside them all still succeeds."""

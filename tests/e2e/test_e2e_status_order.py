@@ -1,4 +1,4 @@
-"""Children first, status last (issue 18), judged by upstream's e2e assertions:
+"""Children first, status last, judged by upstream's e2e assertions:
 
 * the scheduler-plugins and Volcano specs wait for `Created` and then fetch the PodGroup at once;
 * "suspended on creation, then resumed" updates the MPIJob with the object its create returned;

@@ -160,7 +160,7 @@ def test_custom_cluster_domain_with_launcher_as_worker(e2e: E2E) -> None:
         e2e.submit(pi_job(root=True, runLauncherAsWorker=True, launcher_annotations={f"{KNOB}delay": "2s"}))
         e2e.wait_for(lambda: e2e.find("pi-config", CONFIGMAP), "ConfigMap pi-config", job="pi")
         ns = e2e.ns
-        # The launcher's own line is its bare hostname (tests/mpi/FINDINGS.md, finding 1).
+        # The launcher's own line is its bare hostname (docs/design-notes.md).
         assert e2e.config_data("pi")["hostfile"] == (
             "pi-launcher slots=1\n"
             f"pi-worker-0.pi.{ns}.svc.cluster.local slots=1\n"

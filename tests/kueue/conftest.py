@@ -228,7 +228,7 @@ def active_replicas(job: dict[str, Any]) -> dict[str, int]:
 
 
 class Timeline:
-    """Seconds since the start, per event, for the README's measured timelines."""
+    """Seconds since the start, per event, for the measured timelines in docs/kueue.md."""
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
@@ -441,7 +441,8 @@ def kq(
     operator: OperatorRunner,
     request: pytest.FixtureRequest,
 ) -> Iterator[KueueE2E]:
-    if not operator.alive():
+    if not operator.alive():  # its death failed the test during which it died (tests/conftest.py)
+        operator.check()  # raises if that was not told yet
         operator.start()
     if not kueue.alive():
         raise RuntimeError(f"kueue died:\n{kueue.log_tail()}")

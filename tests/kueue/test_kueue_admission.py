@@ -4,7 +4,7 @@ time, in order, the waiting ones with no pods."""
 
 from __future__ import annotations
 
-import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -40,8 +40,9 @@ def test_quota_for_one_runs_three_jobs_one_at_a_time_in_order(kq: KueueE2E) -> N
     kq.queue([("plain", "3")], strategy="StrictFIFO")
     names = ["first", "second", "third"]
     for name in names:
-        kq.submit(queued_job(name))
-        time.sleep(1.1)  # creation timestamps have whole seconds: keep the queue order unambiguous
+        created = datetime.fromisoformat(kq.submit(queued_job(name))["metadata"]["creationTimestamp"])
+        # creation timestamps have whole seconds: the next job's comes from a later one (same clock)
+        kq.wait_for(lambda c=created: datetime.now(UTC) >= c + timedelta(seconds=1), "the next second", 5)
 
     for i, name in enumerate(names):
         kq.wait_admitted(name, "plain")

@@ -92,7 +92,7 @@ def _upstream_launcher_fqdn(obj: dict[str, Any]) -> None:
 def test_run_launcher_as_worker_with_upstream_fqdn_line(
     run_job: Any, image: str, impl: str, works: bool
 ) -> None:
-    """Why render writes the launcher's own line bare (FINDINGS.md, finding 1): with upstream's FQDN line,
+    """Why render writes the launcher's own line bare (docs/design-notes.md): with upstream's FQDN line,
     Open MPI 5 and Intel MPI do not recognise the launcher as local and ssh to it, where no sshd runs."""
     job = mpijob("law", image, impl=impl, workers=1, launcher_as_worker=True)
     result = run_job(job, tamper=_upstream_launcher_fqdn)
@@ -126,7 +126,7 @@ def test_wait_for_workers_ready_holds_launcher(run_job: Any) -> None:
 def test_default_policy_late_sshd_retried_by_connection_attempts(run_job: Any, image: str, impl: str) -> None:
     """Worker pods are Ready (no probe) and in DNS at once, but the workers' sshd listens 3 s later:
     ssh's `ConnectionAttempts=10` (from the rendered launcher env) rides it out in the first attempt.
-    MPICH: FINDINGS.md, finding 2."""
+    MPICH: docs/design-notes.md."""
     late = ["/bin/sh", "-c", "sleep 3; exec " + " ".join(sshd_argv(image))]
     job = mpijob("lsd", image, impl=impl, worker_command=late)
     result = run_job(job)
@@ -147,7 +147,7 @@ def _upstream_hydra_env(obj: dict[str, Any]) -> None:
 
 
 def test_mpich_ignores_upstream_hydra_launch_extra_args(run_job: Any) -> None:
-    """FINDINGS.md, finding 2: MPICH's hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; with upstream's
+    """docs/design-notes.md: MPICH's hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; with upstream's
     HYDRA_LAUNCH_EXTRA_ARGS alone, ssh gets no ConnectionAttempts and a late sshd fails the launch at once."""
     late = ["/bin/sh", "-c", "sleep 3; exec " + " ".join(sshd_argv("l3/mpich:nonroot"))]
     job = mpijob("lsd", "l3/mpich:nonroot", impl="MPICH", worker_command=late)

@@ -100,7 +100,8 @@ def node_e2e(
 ) -> Iterator[NodeE2E]:
     from kubernetes import client
 
-    if not node_operator.alive():
+    if not node_operator.alive():  # its death failed the test during which it died (tests/conftest.py)
+        node_operator.check()  # raises if that was not told yet
         node_operator.start()
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     ns = f"n-{slug}-{secrets.token_hex(3)}"

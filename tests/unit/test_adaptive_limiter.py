@@ -1,4 +1,4 @@
-"""The API client's adaptive limiter (issue 17): no limit while the server keeps up; 429/Retry-After and
+"""The API client's adaptive limiter: no limit while the server keeps up; 429/Retry-After and
 rising latency slow it down; a pinned --kube-api-qps still limits. A fake clock, no sleeping."""
 
 from __future__ import annotations

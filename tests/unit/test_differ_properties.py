@@ -272,3 +272,25 @@ def test_an_apply_body_is_what_we_render_plus_our_own_fields_where_immutable(cas
                 expected = _ours_of_live(how, _at(live, path), case["applied"][path])
                 assert got == expected, f"{path} (immutable now): live's value of our applied fields only"
         assert _strip(body) == {}, "nothing outside the policy's fields"
+
+
+@settings(max_examples=100, deadline=None)
+@given(strategies.rendered_and_stored(), st.data())
+def test_a_converged_memo_changes_no_plan(
+    pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject
+) -> None:
+    """Plan.converged given back skips only comparisons whose answer it already knows: the plan is the
+    same with and without it, and a live object at a new resourceVersion is compared again."""
+    want, live = pair
+    live = copy.deepcopy(live)
+    live["metadata"]["resourceVersion"] = "7"
+    first = plan([want], [live], POLICY, strategies.GENERIC_OWNER)
+    assert first.converged  # it holds what we render: remembered
+    assert plan([want], [live], POLICY, strategies.GENERIC_OWNER, converged=first.converged) == first
+    changed = copy.deepcopy(live)
+    changed["metadata"]["resourceVersion"] = "8"
+    path = data.draw(st.sampled_from(rendered_leaves(want.get("spec") or {}, ("spec",)) or [("metadata",)]))
+    if path != ("metadata",):
+        remove(changed, path)
+    fresh = plan([want], [changed], POLICY, strategies.GENERIC_OWNER)
+    assert plan([want], [changed], POLICY, strategies.GENERIC_OWNER, converged=first.converged) == fresh

@@ -15,9 +15,11 @@ from reconcile.engine.differ import plan
 from reconcile.engine.policy import Policy
 from reconcile.engine.semantics import MISSING, get_path
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from tests.cluster.served import desired_for, renderable_cases
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 FILES = sorted(RECORDED.glob("*.json"))
+RECORDED_NAMESPACE = "recorded"  # tests/cluster/test_differ_recorded.py writes every namespace as this
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -25,8 +27,23 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def test_recordings_exist() -> None:
-    assert len(FILES) >= 20, (
-        "re-record with MPIJOB_RECORD_DIFFER=1 pytest tests/cluster/test_differ_recorded.py"
+    assert len(FILES) >= 20, f"re-record with {RERECORD}"
+
+
+RERECORD = "MPIJOB_RECORD_DIFFER=1 pytest tests/cluster/test_differ_recorded.py -k need_no_writes"
+
+
+def test_every_renderable_case_is_recorded() -> None:
+    assert sorted(p.stem for p in FILES) == sorted(renderable_cases()), f"re-record: {RERECORD}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_recording_replays_todays_render(path: Path) -> None:
+    """A recording replays the differ against what render produced when it was made: once render's
+    output changes, the replay tests an old shape and the recording must be made again."""
+    rec = load(path)
+    assert desired_for(rec["case"], RECORDED_NAMESPACE) == rec["desired"], (
+        f"{path.name} was recorded from an older render of golden/{rec['case']}; re-record: {RERECORD}"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from reconcile.engine.executor import (
     returned_objects,
 )
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.policy import FIELD_MANAGER
 from tests.unit.fakes import FakeDynamic
 
@@ -48,7 +50,7 @@ def full_plan() -> Plan:
 
 def test_requests_follow_the_protocol() -> None:
     fake = FakeDynamic()
-    result = execute(full_plan(), fake, FIELD_MANAGER, owner_description="MPIJob")  # type: ignore[arg-type]
+    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER, owner_description="MPIJob")
     verbs = [verb for verb, _ in fake.calls]
     assert verbs == ["delete", "create", "apply"], "deletes first, then creates, then patches"
     delete, create, apply = (kw for _, kw in fake.calls)
@@ -85,13 +87,13 @@ def test_requests_follow_the_protocol() -> None:
 
 def test_dry_run_is_passed_to_every_write() -> None:
     fake = FakeDynamic()
-    execute(full_plan(), fake, FIELD_MANAGER, dry_run=True)  # type: ignore[arg-type]
+    execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER, dry_run=True)
     assert [kw["dry_run"] for _, kw in fake.calls] == ["All", "All", "All"]
 
 
 def test_already_exists_on_create_means_replan_not_failure() -> None:
     fake = FakeDynamic({("create", "cm"): api_error(409, "AlreadyExists")})
-    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), DynamicWriter(fake), FIELD_MANAGER)
     assert result.replan and not result.retry and not result.failures and not result.ok
     assert result.request_counts() == {("create", "ConfigMap", "409"): 1}
 
@@ -99,8 +101,10 @@ def test_already_exists_on_create_means_replan_not_failure() -> None:
 def test_not_found_on_delete_is_success() -> None:
     fake = FakeDynamic({("delete", "old"): api_error(404, "NotFound")})
     result = execute(
-        Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)), fake, FIELD_MANAGER
-    )  # type: ignore[arg-type]
+        Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)),
+        DynamicWriter(fake),
+        FIELD_MANAGER,
+    )
     assert result.ok and [o.result for o in result.done] == ["gone"]
     assert not result.events
 
@@ -119,7 +123,7 @@ def test_not_found_on_delete_is_success() -> None:
 )
 def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: BaseException) -> None:
     fake = FakeDynamic({("delete", "old"): exc})
-    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
     assert result.retry and not result.ok
     assert [f.verb for f in result.failures] == ["delete"]
     assert [o.result for o in result.done] == ["created", "configured"], "one failure does not stop the rest"
@@ -130,7 +134,7 @@ def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: B
 
 def test_invalid_is_a_failure_without_retry() -> None:
     fake = FakeDynamic({("apply", "pod"): api_error(422, "Invalid", "field is immutable")})
-    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
     assert not result.retry and not result.replan
     assert [(f.verb, f.code, f.message) for f in result.failures] == [("apply", "422", "field is immutable")]
     assert any(e.reason == "FailedUpdate" and "field is immutable" in e.message for e in result.events)
@@ -138,21 +142,21 @@ def test_invalid_is_a_failure_without_retry() -> None:
 
 def test_patch_of_a_vanished_object_replans() -> None:
     fake = FakeDynamic({("apply", "pod"): api_error(404, "NotFound")})
-    result = execute(full_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
     assert result.replan and not result.failures
 
 
 def test_unknown_kind_is_a_retryable_failure_without_a_request() -> None:
     fake = FakeDynamic()
     plan = Plan(creates=(Create(PG, "scheduling.x-k8s.io/v1alpha1", body(PG)),))
-    result = execute(plan, fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(plan, DynamicWriter(fake), FIELD_MANAGER)
     assert result.retry and [f.code for f in result.failures] == ["discovery"]
     assert not fake.calls and not result.requests
 
 
 def test_empty_plan_sends_nothing() -> None:
     fake = FakeDynamic()
-    result = execute(Plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(Plan(), DynamicWriter(fake), FIELD_MANAGER)
     assert result.ok and not fake.calls and not result.events
 
 
@@ -162,13 +166,111 @@ def test_unreachable_server_is_retryable() -> None:
     config = Configuration(host="http://127.0.0.1:9")  # discard port: connection refused
     config.retries = 0
     with ApiClient(config) as api:
-        result = execute(full_plan(), api, FIELD_MANAGER)
+        result = execute(full_plan(), DynamicWriter(api), FIELD_MANAGER)
     assert result.retry and not result.ok
     assert [(f.verb, f.code) for f in result.failures] == [
         ("delete", "discovery"),
         ("create", "discovery"),
         ("apply", "discovery"),
     ]
+
+
+class ListWriter:
+    """A Writer faked directly (no DynamicClient under it): the objects it holds, by name."""
+
+    def __init__(self, prepare_error: BaseException | None = None) -> None:
+        self.prepare_error = prepare_error
+        self.objects: dict[str, dict[str, Any]] = {"old": {"metadata": {"name": "old"}}}
+        self.sent: list[str] = []
+
+    def prepare(self) -> None:
+        if self.prepare_error is not None:
+            raise self.prepare_error
+
+    def resource(self, api_version: str, kind: str) -> object:
+        return (api_version, kind)
+
+    def create(
+        self,
+        resource: object,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        field_manager: str,
+        dry_run: str | None,
+    ) -> dict[str, Any] | None:
+        self.sent.append(f"create {body['metadata']['name']}")
+        self.objects[body["metadata"]["name"]] = dict(body)
+        return dict(body)
+
+    def json_patch(
+        self,
+        resource: object,
+        name: str,
+        ops: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str | None,
+        field_manager: str,
+        dry_run: str | None,
+    ) -> dict[str, Any] | None:
+        self.sent.append(f"patch {name}")
+        return self.objects.get(name)
+
+    def apply(
+        self,
+        resource: object,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        field_manager: str,
+        dry_run: str | None,
+    ) -> dict[str, Any] | None:
+        self.sent.append(f"apply {name}")
+        self.objects[name] = dict(body)
+        return dict(body)
+
+    def delete(
+        self,
+        resource: object,
+        name: str,
+        options: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        dry_run: str | None,
+    ) -> dict[str, Any] | None:
+        self.sent.append(f"delete {name}")
+        if self.objects.pop(name, None) is None:
+            raise api_error(404, "NotFound")
+        return {"kind": "Status"}
+
+
+def test_a_writer_faked_directly_carries_out_the_plan() -> None:
+    writer = ListWriter()
+    result = execute(full_plan(), writer, FIELD_MANAGER)
+    assert writer.sent == ["delete old", "create cm", "apply pod"]
+    assert set(writer.objects) == {"cm", "pod"} and result.ok
+    again = execute(Plan(deletes=full_plan().deletes), writer, FIELD_MANAGER)
+    assert [o.result for o in again.done] == ["gone"]  # 404 on delete: already done
+
+
+def test_a_writer_that_cannot_prepare_fails_every_write_without_a_request() -> None:
+    writer = ListWriter(prepare_error=OSError("connection refused"))
+    result = execute(full_plan(), writer, FIELD_MANAGER)
+    assert not writer.sent and not result.requests and result.retry
+    assert [(f.verb, f.code) for f in result.failures] == [
+        ("delete", "discovery"),
+        ("create", "discovery"),
+        ("apply", "discovery"),
+    ]
+
+
+def test_the_dynamic_writer_asks_for_plain_dict_answers() -> None:
+    # the answer as decoded: the default ResourceInstance wrapper costs CPU on every write
+    fake = FakeDynamic()
+    execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
+    assert len(fake.calls) == 3
+    assert all(kw["serializer"](None, {"a": 1}) == {"a": 1} for _, kw in fake.calls)
 
 
 REMOVALS = (
@@ -184,7 +286,7 @@ def removal(with_body: bool) -> Plan:
 
 def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
     fake = FakeDynamic()
-    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
     assert [verb for verb, _ in fake.calls] == ["patch", "apply"]
     patch = fake.calls[0][1]
     assert patch["body"] == list(REMOVALS) and patch["content_type"] == "application/json-patch+json"
@@ -195,7 +297,7 @@ def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
 
 def test_removal_only_patch_sends_no_apply() -> None:
     fake = FakeDynamic()
-    result = execute(removal(with_body=False), fake, FIELD_MANAGER, dry_run=True)  # type: ignore[arg-type]
+    result = execute(removal(with_body=False), DynamicWriter(fake), FIELD_MANAGER, dry_run=True)
     assert [(verb, kw["dry_run"]) for verb, kw in fake.calls] == [("patch", "All")]
     assert result.ok and returned_objects(result) == [{"patched": list(REMOVALS)}]
 
@@ -210,7 +312,7 @@ def test_removal_only_patch_sends_no_apply() -> None:
 )
 def test_removals_on_a_moved_object_retry_without_the_apply_or_an_event(exc: ApiException) -> None:
     fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
     assert [verb for verb, _ in fake.calls] == ["patch"]
     assert result.retry and not result.failures and not result.events and not result.done
 
@@ -228,12 +330,12 @@ def test_removals_rejected_for_a_field_are_a_failure() -> None:
         ),
     )
     fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
     assert not result.retry and [(f.verb, f.code) for f in result.failures] == [("patch", "422")]
     assert [e.reason for e in result.events] == ["FailedUpdate"]
 
 
 def test_removals_from_a_vanished_object_replan() -> None:
     fake = FakeDynamic({("patch", "pod"): api_error(404, "NotFound")})
-    result = execute(removal(with_body=True), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
     assert result.replan and not result.failures and [verb for verb, _ in fake.calls] == ["patch"]

@@ -1,4 +1,4 @@
-"""Failures that must reach the user (issue 12): a sync that keeps failing, a child the API server refuses
+"""Failures that must reach the user: a sync that keeps failing, a child the API server refuses
 for good (422) or for now (quota, conflicts, 5xx, 429), and a wanted name held by a foreign object."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 import render
 from reconcile.engine.executor import CreateRules, execute
 from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
+from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob import controller as controller_mod
 from reconcile.mpijob.decide import MAX_WAKEUP_SECONDS
 from reconcile.mpijob.metrics import Metrics
@@ -69,8 +70,8 @@ def _created(fake: FakeDynamic) -> list[str]:
 
 def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
-    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
-    # the workers after the first go out together (issue 17); the launcher, a later stage, never does
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    # the workers after the first go out together; the launcher, a later stage, never does
     assert sorted(_created(fake)) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
     (failure,) = result.failures
     assert failure.permanent and failure.code == "422"
@@ -85,7 +86,7 @@ def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
 
 def test_the_first_worker_goes_alone_so_a_bad_template_fails_once():
     fake = _dyn({("create", "pi-worker-0"): _invalid()})
-    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == ["pi", "pi-worker-0"]
     assert len(result.failures) == 1
     assert result.skipped == (WORKERS[1], WORKERS[2], LAUNCHER)
@@ -94,7 +95,7 @@ def test_the_first_worker_goes_alone_so_a_bad_template_fails_once():
 def test_sequential_rules_keep_the_plan_order_and_stop_at_the_first_failure():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
     rules = attrs.evolve(CREATE_RULES, concurrency=1)
-    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=rules)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1"]
     assert result.skipped == (WORKERS[2], LAUNCHER)
 
@@ -106,7 +107,7 @@ def test_a_transient_failure_is_not_permanent_and_holds_the_launcher_back(code):
         status=code, reason=reason, body=json.dumps({"reason": reason, "message": "exceeded quota"})
     )
     fake = _dyn({("create", "pi-worker-2"): exc})
-    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
     assert "pi-launcher" not in _created(fake)
     assert result.skipped == (LAUNCHER,)
     assert not result.permanent_failures and not result.ok
@@ -114,7 +115,7 @@ def test_a_transient_failure_is_not_permanent_and_holds_the_launcher_back(code):
 
 def test_without_rules_the_engine_creates_everything_it_can():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
-    result = execute(_plan(), fake, FIELD_MANAGER)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2", "pi-launcher"]
     assert not result.permanent_failures
 
@@ -122,14 +123,14 @@ def test_without_rules_the_engine_creates_everything_it_can():
 def test_launcher_waits_for_every_other_create_even_without_stop_on_failure():
     fake = _dyn({("create", "pi-worker-0"): _invalid()})
     rules = CreateRules(last_kinds=frozenset({"Job"}))
-    execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)  # type: ignore[arg-type]
+    execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=rules)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
 
 
 def test_no_create_while_a_wanted_name_is_held():
     fake = _dyn({})
     held = (Conflict(WORKERS[1], "v1", "foreign-uid", ""),)
-    result = execute(_plan(conflicts=held), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    result = execute(_plan(conflicts=held), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == []
     assert len(result.skipped) == 5
 
@@ -137,7 +138,7 @@ def test_no_create_while_a_wanted_name_is_held():
 def test_a_name_found_taken_stops_the_later_creates():
     exists = ApiException(status=409, reason="Conflict", body=json.dumps({"reason": "AlreadyExists"}))
     fake = _dyn({("create", "pi-worker-0"): exists})
-    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == ["pi", "pi-worker-0"] and result.replan
 
 
@@ -305,7 +306,7 @@ def test_wakeups_are_capped():
 def test_answers_go_to_on_done_and_are_not_kept_in_the_result():
     fake = _dyn({})
     seen = []
-    result = execute(_plan(), fake, FIELD_MANAGER, on_done=seen.append)  # type: ignore[arg-type]
+    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, on_done=seen.append)
     assert [o.key for o in seen] == [SVC, *WORKERS, LAUNCHER]
     assert all(o.object is not None for o in seen)
     assert [o.key for o in result.done] == [SVC, *WORKERS, LAUNCHER]

@@ -122,7 +122,7 @@ def test_log_file_with_and_without_stderr(tmp_path, capsys):
 def test_flag_defaults_match_upstream(monkeypatch):
     monkeypatch.setenv("KUBEFLOW_NAMESPACE", "kf")
     a = flags.parse([])
-    # deliberate differences (issue 17): no fixed client-side QPS and no overall queue bucket (the
+    # deliberate differences: no fixed client-side QPS and no overall queue bucket (the
     # adaptive API limiter paces the writes), 8 sync threads; upstream's bursts stay for pins
     assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (8, 0, 10)
     assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (0, 100)

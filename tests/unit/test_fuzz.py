@@ -1,4 +1,4 @@
-"""Fuzz (issue 12): generated MPIJobs, valid and broken at every level, through parse, validation,
+"""Fuzz: generated MPIJobs, valid and broken at every level, through parse, validation,
 render, status, lifecycle, events and the CLI. Only ValidationError may come out of the library, the CLI
 exits 0 or 2, and every error is one line with a field path.
 

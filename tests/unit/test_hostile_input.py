@@ -1,4 +1,4 @@
-"""Hostile and broken input (issue 12): only ValidationError from the library, the CLI exits 0 or 2 with one
+"""Hostile and broken input: only ValidationError from the library, the CLI exits 0 or 2 with one
 line per error, every number bounded, every computed time representable."""
 
 from __future__ import annotations

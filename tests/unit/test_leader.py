@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -152,33 +153,44 @@ def test_lease_timings_are_validated():
 def test_slow_renewals_keep_the_fence_open():
     """Renewals start every retry period from the last one's start: one taking 0.2 s (GET, PUT) on a busy
     server must not close a 0.8 s fence between two of them (started from the last one's end, the next
-    ended 0.9 s after the last one began)."""
+    ended 0.9 s after the last one began). On a clock that moves only in the elector's waits and its
+    calls, so the margin is exact on any machine."""
+    clock = Clock()
+    renewals: list[tuple[float, bool]] = []  # (clock at each PUT's answer, fence open then)
 
     class SlowKube(FakeKube):
         def get(self, *args, **kwargs):
-            threading.Event().wait(0.1)
+            clock.t += 0.1
             return super().get(*args, **kwargs)
 
         def replace(self, *args, **kwargs):
-            threading.Event().wait(0.1)
+            clock.t += 0.1  # still before the renewal grants the fence again
+            renewals.append((clock.t, le.fence.is_open()))
+            if len(renewals) == 6:
+                stop.set()
             return super().replace(*args, **kwargs)
 
+    class Waits(threading.Event):
+        """The loop's waits: the clock moves by the timeout, nothing sleeps."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            if not self.is_set() and timeout:
+                clock.t += timeout
+            return self.is_set()
+
     le = LeaderElector(
-        SlowKube(), "ns", "a", lease_duration=2.0, renew_deadline=0.8, retry_period=0.5, watch_lease=False
+        SlowKube(),
+        "ns",
+        "a",
+        lease_duration=2.0,
+        renew_deadline=0.8,
+        retry_period=0.5,
+        watch_lease=False,
+        clock=clock,
     )
-    stop = threading.Event()
-    t = threading.Thread(target=le.run, args=(stop,))
-    t.start()
-    try:
-        for _ in range(200):
-            if le.fence.is_open():
-                break
-            threading.Event().wait(0.01)
-        closed = 0
-        for _ in range(250):  # 2.5 s: five renewals
-            closed += not le.fence.is_open()
-            threading.Event().wait(0.01)
-        assert closed == 0
-    finally:
-        stop.set()
-        t.join(3)
+    stop = Waits()
+    le.run(stop)
+    renewed = renewals[:6]  # the Lease was created; a 7th PUT releases it on stop
+    assert [open_ for _, open_ in renewed] == [True] * 6, renewals
+    gaps = [round(b - a, 3) for (a, _), (b, _) in itertools.pairwise(renewed)]
+    assert gaps == [0.5] * 5, gaps  # start to start: the retry period, not period plus the calls

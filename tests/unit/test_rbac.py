@@ -1,4 +1,4 @@
-"""The operator's RBAC is exactly the requests its code makes (issue 12, item 6).
+"""The operator's RBAC is exactly the requests its code makes.
 
 The requests are read from the code: every ``kube.<verb>(RESOURCE, ...)`` call in reconcile/ (by AST),
 the list and watch of every informer the controller builds (with and without gang scheduling), and the

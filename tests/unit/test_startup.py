@@ -1,5 +1,5 @@
 """Start-up failures: each is one structured log line and a non-zero exit, never a traceback; but what
-heals by itself (the API server unreachable or still starting: 403, 5xx) is retried, not fatal (issue 11).
+heals by itself (the API server unreachable or still starting: 403, 5xx) is retried, not fatal.
 
 The operator process runs against nothing (connection refused) or a tiny fake API server on loopback that
 answers the start-up check; for what does not heal, the Deployment's restart back-off is the retry.

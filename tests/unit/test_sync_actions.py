@@ -20,8 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 import render
+from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.controller import Controller, SyncError
-from reconcile.mpijob.decide import COALESCE_SECONDS, decide, settle_status
+from reconcile.mpijob.decide import COALESCE_SECONDS, QUIET_SECONDS, decide, settle_status
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.plan_command import compute
@@ -126,10 +127,10 @@ def test_a_counts_only_status_change_is_held_once_then_written():
     job, raw = _job_with(RUNNING)
     first, memory = settle_status(job, raw, MORE, JobMemory(), now)
     assert (first.write, first.held) == (False, True)
-    assert first.wake_after == pytest.approx(COALESCE_SECONDS + 0.01)
+    assert first.wake_after == pytest.approx(QUIET_SECONDS + 0.01)
     later, memory = settle_status(job, raw, MORE, memory, now + timedelta(seconds=0.5))
-    assert later.held and later.wake_after == pytest.approx(0.51)  # still the first change's window
-    due, memory = settle_status(job, raw, MORE, memory, now + timedelta(seconds=1.1))
+    assert later.held and later.wake_after == pytest.approx(QUIET_SECONDS - 0.49)  # the first change's window
+    due, memory = settle_status(job, raw, MORE, memory, now + timedelta(seconds=QUIET_SECONDS + 0.1))
     assert (due.write, due.held, memory.status_held_since) == (True, False, None)
 
 
@@ -157,9 +158,16 @@ def test_a_hostfile_only_plan_is_held_once_but_creates_never_are():
     stale["data"]["hostfile"] = "someone-else slots=1\n"
     world = [stale if o is cm else o for o in objects]
     first = decide(mpijob, world, memory, now, config)
-    assert first.hostfile_held and not first.plan
-    due = decide(mpijob, world, first.memory, now + timedelta(seconds=1.1), config)
+    assert first.hostfile_held and not first.plan and first.wake_after == pytest.approx(QUIET_SECONDS + 0.01)
+    due = decide(mpijob, world, first.memory, now + timedelta(seconds=QUIET_SECONDS + 0.1), config)
     assert not due.hostfile_held and [p.key.kind for p in due.plan.patches] == ["ConfigMap"]
+    # a launcher that discovers hosts reads the list as it runs: held only briefly
+    elastic = copy.deepcopy(mpijob)
+    launcher = elastic["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["command"] = ["horovodrun", "--host-discovery-script", "/etc/mpi/discover_hosts.sh"]
+    brief = decide(elastic, world, memory, now, config)
+    assert brief.hostfile_held  # a running Job's template is not compared: only the hostfile differs
+    assert brief.wake_after == pytest.approx(COALESCE_SECONDS + 0.01)
     gone = [o for o in world if o["kind"] != "Service"]
     with_create = decide(mpijob, gone, memory, now, config)
     assert not with_create.hostfile_held and with_create.plan.creates
@@ -175,7 +183,7 @@ def _controller(kube: FakeKube, config: render.Config, now_text: str) -> tuple[C
         metrics=Metrics(),
         recorder=EventRecorder(kube),
         now=lambda: parse_time(now_text),
-        writer=writer,  # type: ignore[arg-type]
+        writer=DynamicWriter(writer),
     )
     return c, writer
 

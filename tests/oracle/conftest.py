@@ -1,0 +1,81 @@
+"""The differential tier's fixtures: one L2 cluster of its own (kwok nodes) with two namespaces, upstream's
+released operator (deploy/local/build.sh builds it) scoped to `up-ns` under its own ClusterRole, and ours
+scoped to `our-ns` under the mpi-operator ServiceAccount's RBAC. Both at their defaults, except upstream's
+client rate limit (5 QPS), raised so the tier fits CI's budget; its behaviour has no flag that depends on it.
+
+`oracle.ledger` collects what every step compared; the last test of the tier fails on stale entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from kubernetes import client
+
+from localcluster import ClusterSpec, LocalCluster, upstream
+from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.nodes import DEFAULT_CAPACITY
+from localcluster.operator import OperatorRunner
+from reconcile.runtime.kube import Kube
+from tests.conftest import SKIP_ENV, _skip_cluster
+from tests.e2e.support import REPO, kubectl, operator_runner
+from tests.oracle.compare import Ledger, load_entries
+from tests.oracle.support import OUR_NS, UP_NS, Oracle
+
+# Room for every input's pods on both sides at once (the inputs ask for up to 2 cpus a pod).
+CAPACITY = {**DEFAULT_CAPACITY, "cpu": "512", "memory": "4Ti"}
+PRIORITY_CLASSES = {"high": 1000, "low": 10}
+
+
+@pytest.fixture(scope="session")
+def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oracle]:
+    if _skip_cluster(request.config):
+        pytest.skip(f"--skip-cluster or {SKIP_ENV}=1 given")
+    work = tmp_path_factory.mktemp("oracle")
+    cluster = LocalCluster(ClusterSpec(tier="l2", nodes=4, node_capacity=CAPACITY), work_dir=work / "cluster")
+    cluster.start()
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        rbac = work / "upstream-rbac.yaml"
+        rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
+        kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
+        with contextlib.closing(cluster.api_client()) as api:
+            wait_for_crds(api, ["mpijobs.kubeflow.org"])
+            core = client.CoreV1Api(api)
+            for name, value in PRIORITY_CLASSES.items():  # the ones the inputs name
+                client.SchedulingV1Api(api).create_priority_class(
+                    {"metadata": {"name": name}, "value": value, "globalDefault": False}
+                )
+            for ns in (UP_NS, OUR_NS):
+                core.create_namespace({"metadata": {"name": ns}})
+                wait_for_default_service_account(core, ns)
+        ours: OperatorRunner = operator_runner(cluster, work / "ours.log")
+        ours.flags = (f"--namespace={OUR_NS}",)
+        theirs = upstream.UpstreamOperator(
+            cluster.write_user_kubeconfig(upstream.USER),
+            work / "upstream.log",
+            UP_NS,
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+        )
+        with ours, theirs:
+            api = cluster.api_client()
+            try:
+                yield Oracle(cluster, Kube(api, qps=0), ours, theirs, Ledger(load_entries()))
+            finally:
+                api.close()
+    finally:
+        cluster.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    oracle: Oracle | None = getattr(item, "funcargs", {}).get("oracle")
+    if oracle is not None and report.failed and report.when == "call":
+        report.sections.append(("upstream operator log (tail)", oracle.upstream.log_tail(6000)))
+        report.sections.append(("our operator log (tail)", oracle.ours.log_tail(6000)))

@@ -1,0 +1,229 @@
+"""The docs: the site builds in strict mode, every command block is run here or marked as not run, and the
+pages that list the operator's flags, metrics and reasons list all of them.
+
+Markers (an HTML comment on the line before a fenced block of bash, sh, shell or console):
+  <!-- run -->            run the block with bash from the repository root; it must exit 0
+  <!-- run: exit N -->    the same, and it must exit N
+  <!-- output -->         before the block that follows a run block: exactly what the run prints
+  <!-- not run: why -->   not run (it needs a cluster, root or minutes); the reason is required
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+DRAFT = DOCS / "README-draft.md"
+COMMAND_LANGS = {"bash", "sh", "shell", "console"}
+FENCE = re.compile(r"^(```+|~~~+)\s*([\w+#.-]*)")
+MARKER = re.compile(r"^<!--\s*(run(?::\s*exit\s+(\d+))?|output|not run:\s*\S.*?)\s*-->\s*$")
+
+
+def doc_files() -> list[Path]:
+    """Every page, and the README (its draft while one waits in docs/)."""
+    pages = sorted(DOCS.rglob("*.md"))
+    return pages if DRAFT.exists() else [*pages, REPO / "README.md"]
+
+
+class Block:
+    def __init__(self, path: Path, line: int, lang: str, body: str, marker: str | None) -> None:
+        self.path, self.line, self.lang, self.body, self.marker = path, line, lang, body, marker
+        self.output: Block | None = None
+
+    def __repr__(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    lines = path.read_text().splitlines()
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, lang, start = m.group(1), m.group(2), i
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith(fence):
+            j += 1
+        prev = lines[start - 1].strip() if start else ""
+        mm = MARKER.match(prev)
+        marker = mm.group(1) if mm else None
+        block = Block(path, start + 1, lang, "\n".join(lines[start + 1 : j]), marker)
+        if marker == "output" and out and out[-1].marker and out[-1].marker.startswith("run"):
+            out[-1].output = block
+        out.append(block)
+        i = j + 1
+    return out
+
+
+ALL_BLOCKS = [b for p in doc_files() for b in blocks(p)]
+RUN_BLOCKS = [b for b in ALL_BLOCKS if b.marker and b.marker.startswith("run")]
+
+
+def test_every_block_says_its_language():
+    bare = [b for b in ALL_BLOCKS if not b.lang]
+    assert not bare, f"fenced blocks without a language (use text for output): {bare}"
+
+
+def test_every_command_block_is_run_or_marked_not_run():
+    unmarked = [
+        b
+        for b in ALL_BLOCKS
+        if b.lang in COMMAND_LANGS and not (b.marker and (b.marker.startswith(("run", "not run"))))
+    ]
+    assert not unmarked, f"command blocks with neither <!-- run --> nor <!-- not run: why -->: {unmarked}"
+    misplaced = [b for b in ALL_BLOCKS if b.marker and b.lang not in COMMAND_LANGS and b.marker != "output"]
+    assert not misplaced, f"run markers on blocks that are not commands: {misplaced}"
+    orphans = [b for b in ALL_BLOCKS if b.marker == "output" and not any(r.output is b for r in RUN_BLOCKS)]
+    assert not orphans, f"<!-- output --> blocks that follow no run block: {orphans}"
+
+
+def test_some_blocks_run():
+    assert len(RUN_BLOCKS) >= 3, RUN_BLOCKS
+
+
+@pytest.mark.parametrize("block", RUN_BLOCKS, ids=repr)
+def test_command_block(block: Block):
+    m = MARKER.match(f"<!-- {block.marker} -->")
+    assert m is not None
+    want = int(m.group(2) or 0)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", block.body],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == want, f"{block}: exit {proc.returncode}, wanted {want}\n{proc.stderr[-2000:]}"
+    if block.output is not None:
+        assert (proc.stdout + proc.stderr).strip() == block.output.body.strip(), f"{block}: output differs"
+
+
+def test_site_builds_strict(tmp_path: Path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr
+    for page in ("differences", "troubleshooting", "operations", "install"):
+        assert (tmp_path / "site" / page / "index.html").exists(), page
+
+
+def test_differences_page_holds_every_entry(tmp_path: Path):
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import differences  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    entries = differences.load(DOCS / "differences.yaml")
+    page = differences.render(entries)
+    assert entries
+    for e in entries:
+        assert f"### {e['id']}\n" in page
+
+
+def _sources(pattern: str, root: str) -> set[str]:
+    found: set[str] = set()
+    for path in (REPO / root).rglob("*.py"):
+        found.update(re.findall(pattern, path.read_text()))
+    return found
+
+
+def test_operations_lists_every_flag():
+    flags = _sources(r"""(?:add_argument|_bool)\((?:\w+, )?\s*"(--[\w-]+)\"""", "reconcile")
+    flags -= {"--help"}
+    assert len(flags) > 20, flags
+    page = (DOCS / "operations.md").read_text()
+    missing = sorted(f for f in flags if f"`{f}`" not in page and f"`-{f[2:]}`" not in page)
+    assert not missing, f"flags the operations page does not describe: {missing}"
+
+
+def test_operations_lists_every_metric():
+    metrics = _sources(r"""(?:Counter|Gauge|Histogram)\(\s*"(mpi_operator_\w+)\"""", "reconcile")
+    assert len(metrics) >= 8, metrics
+    page = (DOCS / "operations.md").read_text()
+    missing = sorted(m for m in metrics if m not in page)
+    assert not missing, f"metrics the operations page does not describe: {missing}"
+
+
+# Reasons outside render/status.py's REASON_* constants; each must still occur in the code.
+ENGINE_REASONS = ("SyncFailed", "Synced", "FailedCreate", "FailedUpdate", "FailedDelete", "ErrResourceExists")
+
+
+def test_troubleshooting_lists_every_reason():
+    status = (REPO / "render" / "status.py").read_text()
+    reasons = set(re.findall(r'^REASON_\w+ = "(\w+)"', status, re.M))
+    assert len(reasons) >= 10, reasons
+    code = "\n".join(p.read_text() for p in (REPO / "reconcile").rglob("*.py"))
+    gone = [r for r in ENGINE_REASONS if f'"{r}"' not in code]
+    assert not gone, f"reasons the code no longer uses: {gone}"
+    page = (DOCS / "troubleshooting.md").read_text()
+    missing = sorted(r for r in reasons | set(ENGINE_REASONS) if f"`{r}`" not in page)
+    assert not missing, f"reasons the troubleshooting page does not explain: {missing}"
+
+
+def test_readme_size_and_links():
+    readme = DRAFT if DRAFT.exists() else REPO / "README.md"
+    text = readme.read_text()
+    assert len(text.encode()) <= 15 * 1024, f"{readme.name}: {len(text.encode())} bytes"
+    targets = re.findall(r"\]\((?!https?://|#)([^)#\s]+)", text)
+    assert targets
+    missing = [t for t in targets if not (REPO / t).exists()]  # as seen from the repository root
+    assert not missing, f"README links to missing files: {missing}"
+
+
+def test_docs_yaml_is_valid():
+    assert isinstance(yaml.safe_load((REPO / "mkdocs.yml").read_text()), dict)
+
+
+# Paths in upstream's repository that the pages name as such (not files of this one).
+UPSTREAM_PATHS = {"deploy/v2beta1/mpi-operator.yaml", "manifests/overlays/standalone"}
+TOP_DIRS = ("render/", "reconcile/", "tests/", "deploy/", "benchmarks/", "scripts/", "localcluster/")
+TOP_DIRS += ("golden/", "examples/", "tools/", "docs/")
+
+
+def test_named_repository_paths_exist():
+    """A page that names `reconcile/x.py` or `tests/unit/test_y.py::test_z` names something that exists."""
+    stale = []
+    for path in doc_files():
+        for token in re.findall(r"`([^`\s]+)`", path.read_text()):
+            name = re.split(r"::|\[|\s", token)[0].rstrip("/.,:")
+            if not name.startswith(TOP_DIRS) or any(c in name for c in "*<>{}$|"):
+                continue
+            if name not in UPSTREAM_PATHS and not (REPO / name).exists():
+                stale.append(f"{path.relative_to(REPO)}: {token}")
+    assert not stale, f"paths that do not exist: {stale}"
+
+
+def test_readme_error_example_is_what_the_cli_prints():
+    """The README's validation error example is the output docs/cli.md's run block checks."""
+    readme = DRAFT if DRAFT.exists() else REPO / "README.md"
+    run = [b for b in RUN_BLOCKS if b.path.name == "cli.md" and b.marker == "run: exit 2"]
+    assert len(run) == 1 and run[0].output is not None
+    example = [b for b in blocks(readme) if b.lang == "text" and "spec.mpiReplicaSpecs" in b.body]
+    assert len(example) == 1, example
+    assert example[0].body.strip() == run[0].output.body.strip()
+
+
+def test_kubectl_diff_line_is_the_one_the_cluster_tier_runs():
+    from tests.cluster.test_plan_cli import DIFF_ONE_LINER
+
+    line = "JOB=pi NS=default; " + DIFF_ONE_LINER
+    assert line in (DOCS / "cli.md").read_text().splitlines()

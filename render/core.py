@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
@@ -18,6 +19,7 @@ from render.errors import FieldError, ValidationError
 from render.observed import (
     KIND_CONFIGMAP,
     Observed,
+    WorkerFailure,
     is_controlled_by,
     is_pod_ready,
     is_terminating,
@@ -79,9 +81,7 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
         # then left out (so it is deleted) and comes back in the next round.
         records = {r.index: r for r in failures.count(job, observed)}
         wanted = [
-            i
-            for i in range(replicas)
-            if not _failed(v.workers.get(i)) or failures.in_backoff(records.get(i), observed.now)
+            i for i in range(replicas) if _worker_wanted(v.workers.get(i), records.get(i), observed.now)
         ]
         out += _with_counts(worker_pods(job, wanted, config), wanted, v.workers, records)
     elif finished:
@@ -109,11 +109,21 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
     return out
 
 
+def _worker_wanted(pod: dict[str, Any] | None, record: WorkerFailure | None, now: datetime) -> bool:
+    """A Failed worker stays while its back-off runs (pods are create-only: left out, it is deleted); a
+    missing one is created, unless the back-off of the failed pod it replaces still runs (someone else
+    deleted that one)."""
+    backing_off = failures.in_backoff(record, now)
+    if pod is None:
+        return not backing_off
+    return backing_off if _failed(pod) else True
+
+
 def _with_counts(
     pods: list[dict[str, Any]],
     indexes: list[int],
     live: Mapping[int, dict[str, Any]],
-    records: Mapping[int, failures.WorkerFailure],
+    records: Mapping[int, WorkerFailure],
 ) -> list[dict[str, Any]]:
     """The failure count so far on a replacement about to be created; a live pod's own value as it is
     (pod metadata is patched, so anything else would be a write)."""

@@ -242,13 +242,15 @@ def in_backoff(record: WorkerFailure | None, now: datetime) -> bool:
 
 
 def next_replacement(job: MPIJob, observed: Observed) -> datetime | None:
-    """The earliest moment a failed worker that is kept now is to be replaced, else None."""
+    """The earliest moment a failed worker kept now (or gone, deleted by someone else) is to be replaced,
+    else None."""
     records = {r.index: r for r in count(job, observed)}
     if exceeded(job, records.values()):
         return None
-    moments = []
-    for index, pod in worker_pods(job, observed).items():
-        record = records.get(index)
-        if phase(pod) == "Failed" and record is not None and in_backoff(record, observed.now):
-            moments.append(replace_at(record))
+    pods = worker_pods(job, observed)
+    moments = [
+        replace_at(r)
+        for i, r in records.items()
+        if in_backoff(r, observed.now) and (i not in pods or phase(pods[i]) == "Failed")
+    ]
     return min(moments) if moments else None

@@ -307,7 +307,18 @@ def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50,
             ):
                 job = str(ref.get("name") or "").rsplit("-worker-", 1)[0]
                 creates[job] = creates.get(job, 0) + 1
+        worst = max(creates, key=lambda j: creates[j], default="")
+        deletes = sum(
+            1
+            for e in operator_writes(cc.audit(since), crash_ns)
+            if e["verb"] == "delete"
+            and str((e.get("objectRef") or {}).get("name") or "").startswith(f"{worst}-worker-")
+        )
+        holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
         report.extra.update(
+            crashing_worst=f"{worst}: {creates.get(worst, 0)} creates, {deletes} deletes, "
+            f"{failed.get(worst, 'not failed')[:200]}",
+            lease_holders=len(holders),
             healthy_alone_s=round(alone_s, 1),
             healthy_beside_crashing_s=round(beside_s, 1),
             crashing_all_failed_s=round(crash_done_s, 1),

@@ -333,3 +333,14 @@ def test_a_live_workers_count_annotation_is_rendered_as_it_is():
     gone["metadata"]["annotations"] = {"mpijob.dev/worker-failures": "1"}
     kept = by_kind(render(j, observed(failed(0, "z"), gone, launcher()), CFG), "Pod")
     assert [p["metadata"].get("annotations") for p in kept] == [None, {"mpijob.dev/worker-failures": "1"}]
+
+
+def test_a_failed_worker_deleted_by_someone_else_is_replaced_only_after_its_backoff():
+    j = job()
+    pj = parsed()
+    memory = f.count(pj, observed(failed(1, "a", finished=3)))
+    gone = attrs.evolve(observed(running(0, 5), launcher()), worker_failures=memory)
+    assert names_of(render(j, gone, CFG), "Pod") == ["pi-worker-0"]  # not created again yet
+    assert next_wakeup(j, status(j, gone, CFG), NOW, gone) == NOW + timedelta(seconds=7)
+    due = attrs.evolve(gone, now=NOW + timedelta(seconds=7))
+    assert names_of(render(j, due, CFG), "Pod") == ["pi-worker-0", "pi-worker-1"]

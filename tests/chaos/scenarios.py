@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import MPIJOB
@@ -314,11 +315,20 @@ def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50,
             if e["verb"] == "delete"
             and str((e.get("objectRef") or {}).get("name") or "").startswith(f"{worst}-worker-")
         )
+        others = Counter(
+            str(e.get("userAgent") or e.get("user", {}).get("username") or "?").split(" ")[0]
+            for e in cc.audit(since)
+            if e.get("verb") == "delete"
+            and (e.get("objectRef") or {}).get("resource") == "pods"
+            and (e.get("objectRef") or {}).get("namespace") == crash_ns
+            and identity_of(e) is None
+        )
         holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
         report.extra.update(
             crashing_worst=f"{worst}: {creates.get(worst, 0)} creates, {deletes} deletes, "
             f"{failed.get(worst, 'not failed')[:200]}",
             lease_holders=len(holders),
+            crashing_pod_deletes_by_others=dict(others),
             healthy_alone_s=round(alone_s, 1),
             healthy_beside_crashing_s=round(beside_s, 1),
             crashing_all_failed_s=round(crash_done_s, 1),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
-from render import names
+from render import failures, names
 from render.api import Config, MPIJob
 from render.children.configmap import configmap
 from render.children.launcher import launcher_job
@@ -18,6 +19,7 @@ from render.errors import FieldError, ValidationError
 from render.observed import (
     KIND_CONFIGMAP,
     Observed,
+    WorkerFailure,
     is_controlled_by,
     is_pod_ready,
     is_terminating,
@@ -75,13 +77,17 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
     # earlier sync created before it knew), so no worker is left running for a job that cannot run.
     held = bool(v.conflicts) and v.launcher is None
     if active and not held:
-        # Pods are create-only: a Failed worker is left out (so it is deleted) and comes back next round.
-        wanted = [i for i in range(replicas) if not _failed(v.workers.get(i))]
-        out += worker_pods(job, wanted, config)
+        # Pods are create-only: a Failed worker is kept while its back-off lasts (its logs stay readable),
+        # then left out (so it is deleted) and comes back in the next round.
+        records = {r.index: r for r in failures.count(job, observed)}
+        wanted = [
+            i for i in range(replicas) if _worker_wanted(v.workers.get(i), records.get(i), observed.now)
+        ]
+        out += _with_counts(worker_pods(job, wanted, config), wanted, v.workers, records)
     elif finished:
         policy = job.spec.run_policy.clean_pod_policy
         kept = [i for i in sorted(v.workers) if i < replicas and _kept_after_finish(policy, v.workers[i])]
-        out += worker_pods(job, kept, config)
+        out += _with_counts(worker_pods(job, kept, config), kept, v.workers, {})
 
     live = v.launcher
     if finished:
@@ -101,6 +107,38 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
         elif (not wait or all_ready) and not held:
             out.append(launcher_job(job, config, suspend=False))
     return out
+
+
+def _worker_wanted(pod: dict[str, Any] | None, record: WorkerFailure | None, now: datetime) -> bool:
+    """A Failed worker stays while its back-off runs (pods are create-only: left out, it is deleted); a
+    missing one is created, unless the back-off of the failed pod it replaces still runs (someone else
+    deleted that one)."""
+    backing_off = failures.in_backoff(record, now)
+    if pod is None:
+        return not backing_off
+    return backing_off if _failed(pod) else True
+
+
+def _with_counts(
+    pods: list[dict[str, Any]],
+    indexes: list[int],
+    live: Mapping[int, dict[str, Any]],
+    records: Mapping[int, WorkerFailure],
+) -> list[dict[str, Any]]:
+    """The failure count so far on a replacement about to be created; a live pod's own value as it is
+    (pod metadata is patched, so anything else would be a write)."""
+    for index, pod in zip(indexes, pods, strict=True):
+        live_pod = live.get(index)
+        record = records.get(index)
+        if live_pod is not None:
+            value = ((live_pod.get("metadata") or {}).get("annotations") or {}).get(
+                names.WORKER_FAILURES_ANNOTATION
+            )
+        else:
+            value = str(record.count) if record is not None else None
+        if isinstance(value, str):
+            pod["metadata"].setdefault("annotations", {})[names.WORKER_FAILURES_ANNOTATION] = value
+    return pods
 
 
 def _frozen_hosts(job: MPIJob, observed: Observed) -> str | None:

@@ -7,8 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
+from render import failures
 from render.api import MPIJob
 from render.errors import ValidationError
+from render.observed import Observed
 from render.parse import parse_mpijob
 from render.status import deadline
 from render.timeutil import add_seconds, parse_time
@@ -37,9 +39,13 @@ def ttl_expired(mpijob: Mapping[str, Any] | MPIJob, status: Mapping[str, Any], n
 
 
 def next_wakeup(
-    mpijob: Mapping[str, Any] | MPIJob, status: Mapping[str, Any], now: datetime
+    mpijob: Mapping[str, Any] | MPIJob,
+    status: Mapping[str, Any],
+    now: datetime,
+    observed: Observed | None = None,
 ) -> datetime | None:
-    """The earliest future moment at which the job changes by time alone (deadline or TTL), else None."""
+    """The earliest future moment at which the job changes by time alone (deadline, TTL, or with
+    `observed` the end of a failed worker's back-off), else None."""
     job = _job(mpijob)
     if job is None or job.managed_externally:
         return None
@@ -52,5 +58,8 @@ def next_wakeup(
         dl = deadline(job, status)
         if dl is not None:
             moments.append(dl)
+        replace = failures.next_replacement(job, observed) if observed is not None else None
+        if replace is not None:
+            moments.append(replace)
     future = [m for m in moments if m > now]
     return min(future) if future else None

@@ -49,6 +49,8 @@ SCHED_PLUGINS_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # timeout in seconds ("0" turns it off).
 WAIT_CONTAINER = "wait-for-workers"
 SSH_WAIT_ANNOTATION = "mpijob.dev/ssh-wait-timeout-seconds"
+# On a replacement worker: its index's failures before it, so the count survives an operator restart.
+WORKER_FAILURES_ANNOTATION = "mpijob.dev/worker-failures"
 SSH_WAIT_MAX_SECONDS = 2**31 - 1
 WAIT_UNREACHABLE_EXIT = 69  # EX_UNAVAILABLE: the wait timed out
 

@@ -39,6 +39,28 @@ class CreateFailure:
 
 
 @attrs.frozen
+class FailureEvidence:
+    """What a failed pod said: its failed container, exit code, reason and termination message."""
+
+    pod: str
+    container: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+
+@attrs.frozen
+class WorkerFailure:
+    """The failures of one worker index so far (the controller remembers them; render/failures.py)."""
+
+    index: int
+    count: int
+    pod_uid: str  # the last failed pod counted
+    failed_at: datetime  # its container's finishedAt (the API's clock)
+    evidence: FailureEvidence
+
+
+@attrs.frozen
 class Observed:
     """`now` is the only clock; `objects` are live children (and PriorityClasses); no I/O happens here."""
 
@@ -46,6 +68,7 @@ class Observed:
     objects: tuple[dict[str, Any], ...] = ()
     fresh_ssh_key: SSHKey | None = None
     create_failure: CreateFailure | None = None
+    worker_failures: tuple[WorkerFailure, ...] = ()
     _by_name: dict[tuple[str, str], dict[str, Any]] = attrs.field(
         init=False, eq=False, repr=False, factory=dict
     )
@@ -65,12 +88,14 @@ class Observed:
         now: datetime,
         fresh_ssh_key: SSHKey | None = None,
         create_failure: CreateFailure | None = None,
+        worker_failures: Iterable[WorkerFailure] = (),
     ) -> Observed:
         return cls(
             now=now,
             objects=tuple(dict(o) for o in objects),
             fresh_ssh_key=fresh_ssh_key,
             create_failure=create_failure,
+            worker_failures=tuple(worker_failures),
         )
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:

@@ -105,6 +105,9 @@ def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
 
 
 def _type_name(value: object) -> str:
+    """JSON's name for the value's type (YAML-only types, e.g. !!binary, by their YAML tag)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
@@ -115,7 +118,11 @@ def _type_name(value: object) -> str:
         return "array"
     if isinstance(value, Mapping):
         return "object"
-    return type(value).__name__
+    if isinstance(value, bytes):
+        return "!!binary"
+    if isinstance(value, set):
+        return "!!set"
+    return "non-JSON value"
 
 
 def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:

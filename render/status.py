@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from render import childfields, names
+from render import childfields, failures, names
 from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
@@ -17,6 +17,7 @@ from render.observed import (
     KIND_SERVICE,
     JobView,
     Observed,
+    WorkerFailure,
     condition,
     condition_true,
     is_controlled_by,
@@ -41,8 +42,13 @@ REASON_VALIDATION = "ValidationError"
 REASON_EXISTS = "ErrResourceExists"
 REASON_FAILED_CREATE = "FailedCreate"
 REASON_UNREACHABLE = "WorkersUnreachable"
+REASON_WORKER_FAILURES = "WorkerBackoffLimitExceeded"
+REASON_IMAGE_PULL = "ImagePullBackOff"
+# The kubelet's waiting reasons for an image it cannot get; it alternates the first two while it retries,
+# so one reason of ours covers them all (a status write when it starts and one when it ends).
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 # Failures the operator decides (not the launcher Job): render suspends the launcher Job for them.
-OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE)
+OPERATOR_FAILURES = (REASON_DEADLINE, REASON_UNREACHABLE, REASON_WORKER_FAILURES)
 
 
 def truncate(message: str) -> str:
@@ -181,6 +187,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st.setdefault("startTime", now)
 
     launcher = v.launcher
+    records = failures.count(job, observed)
     refused = observed.create_failure
     if refused is not None and refused.permanent and not job.suspended:
         # Invalid from the API server: no retry heals it, and nothing is created after it
@@ -193,7 +200,10 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         )
         st.setdefault("completionTime", now)
     elif launcher is not None and (gate := unreachable(v.launcher_pods)) is not None:
-        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(f"MPIJob {ns_name} has failed: {gate}"))
+        message = f"MPIJob {ns_name} has failed: {gate}"
+        if records:  # why they were unreachable, most likely
+            message += f"; the last worker failure: {failures.describe(_latest(records).evidence)}"
+        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(message))
         st.setdefault("completionTime", now)
     elif launcher is not None and condition_true(launcher, "Complete"):
         setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
@@ -203,12 +213,22 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         reason, message = launcher_failure(job, launcher, v)
         setc(cond.FAILED, cond.TRUE, reason, message)
         st.setdefault("completionTime", now)
+    elif not job.suspended and failures.exceeded(job, records):
+        setc(cond.FAILED, cond.TRUE, REASON_WORKER_FAILURES, truncate(worker_failures_message(job, records)))
+        st.setdefault("completionTime", now)
     elif not job.suspended and deadline_passed(job, st, observed):
         message = f"MPIJob {ns_name} was active longer than specified deadline"
         setc(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
         st.setdefault("completionTime", now)
     elif not job.suspended:
-        _running_or_restarting(job, v, ns_name, setc)
+        _running_or_restarting(job, v, ns_name, setc, records)
+        running = cond.find(conds, cond.RUNNING)
+        if (
+            running is not None
+            and running.get("reason") == REASON_IMAGE_PULL
+            and image_pull_problem(_live_pods(job, v)) is None
+        ):
+            conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
 
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
@@ -236,7 +256,27 @@ def _restarting(c: Mapping[str, Any]) -> bool:
     return c.get("type") == cond.RESTARTING and c.get("status") == cond.TRUE
 
 
-def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> None:
+def _latest(records: tuple[WorkerFailure, ...]) -> WorkerFailure:
+    return max(records, key=lambda r: (r.failed_at, r.index))
+
+
+def worker_failures_message(job: MPIJob, records: tuple[WorkerFailure, ...]) -> str:
+    """Why the job failed: how often, the bound, and the last failed pod's own words."""
+    limit = failures.limit(job)
+    bound = (
+        f"backoffLimit {limit}"
+        if job.spec.run_policy.backoff_limit is not None
+        else f"the default backoffLimit {limit}"
+    )
+    return (
+        f"MPIJob {job.namespace}/{job.name} has failed: worker pods failed {failures.total(records)} times,"
+        f" more than {bound} allows; the last: {failures.describe(_latest(records).evidence)}"
+    )
+
+
+def _running_or_restarting(
+    job: MPIJob, v: JobView, ns_name: str, setc: Any, records: tuple[WorkerFailure, ...]
+) -> None:
     replicas = job.worker_replicas
     workers = {i: p for i, p in v.workers.items() if i < replicas}
     evicted = sorted(i for i, p in workers.items() if phase(p) == "Failed" and _pod_reason(p) == "Evicted")
@@ -247,12 +287,15 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
         setc(cond.RESTARTING, cond.TRUE, REASON_EVICTED, f"{len(evicted)}/{replicas} workers are evicted")
     elif failed:
         pods = ", ".join(names.worker_name(job.name, i) for i in failed)
-        setc(
-            cond.RESTARTING,
-            cond.TRUE,
-            REASON_RESTARTING,
-            truncate(f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"),
-        )
+        message = f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"
+        mine = [r for r in records if r.index in failed]
+        if mine:
+            last = _latest(tuple(mine))
+            message += (
+                f" after a back-off ({failures.total(records)} of {failures.limit(job)} failures allowed);"
+                f" the last: {failures.describe(last.evidence)}"
+            )
+        setc(cond.RESTARTING, cond.TRUE, REASON_RESTARTING, truncate(message))
     elif v.launcher is not None and failed_launchers and not running_launchers and _replaced(v.launcher_pods):
         # Only once the Job made a new pod: a failed pod the Job does not retry is the job failing.
         pod = newest(failed_launchers)
@@ -262,10 +305,35 @@ def _running_or_restarting(job: MPIJob, v: JobView, ns_name: str, setc: Any) -> 
             REASON_RESTARTING,
             truncate(f"MPIJob {ns_name} is restarting: {pod_failure(pod)[1]}"),
         )
+    elif (stuck := image_pull_problem(_live_pods(job, v))) is not None:
+        setc(cond.RUNNING, cond.FALSE, REASON_IMAGE_PULL, truncate(f"MPIJob {ns_name} is waiting: {stuck}"))
     elif v.launcher is not None and running_launchers:
         running_workers = sum(1 for p in workers.values() if phase(p) == "Running")
         if running_workers == replicas:
             setc(cond.RUNNING, cond.TRUE, REASON_RUNNING, f"MPIJob {ns_name} is running.")
+
+
+def _live_pods(job: MPIJob, v: JobView) -> list[dict[str, Any]]:
+    workers = [p for i, p in sorted(v.workers.items()) if i < job.worker_replicas]
+    return [p for p in [*workers, *v.launcher_pods] if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def image_pull_problem(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod container the kubelet cannot get the image of, and the kubelet's words, else None."""
+    for pod in pods:
+        st = pod.get("status") or {}
+        statuses = [st.get("initContainerStatuses"), st.get("containerStatuses")]
+        for cs in [c for group in statuses if isinstance(group, list) for c in group]:
+            state = cs.get("state") if isinstance(cs, Mapping) else None
+            waiting = state.get("waiting") if isinstance(state, Mapping) else None
+            if isinstance(waiting, Mapping) and waiting.get("reason") in IMAGE_PULL_REASONS:
+                name = (pod.get("metadata") or {}).get("name", "")
+                text = (
+                    f"pod {name}: container {cs.get('name', '')} cannot get its image ({waiting['reason']})"
+                )
+                detail = str(waiting.get("message") or "").strip()
+                return f"{text}: {detail}" if detail else text
+    return None
 
 
 def _replaced(pods: list[dict[str, Any]]) -> bool:

@@ -16,6 +16,7 @@ MPI_IMPLEMENTATIONS = ("Intel", "MPICH", "OpenMPI")
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MANAGED_BY = (names.MANAGED_BY_SELF, names.MANAGED_BY_MULTIKUEUE)
 MAX_DNS_SEARCHES = 32
+_JSON_TYPE = {bool: "boolean", str: "string"}
 
 
 def _unsupported(value: object, allowed: tuple[str, ...]) -> str:
@@ -251,7 +252,7 @@ def _validate_template(
     ):
         value = pod.get(key)
         if value is not None and not isinstance(value, kind):
-            errs.append(FieldError(f"{path}.{key}", f"Invalid value: must be a {kind.__name__}"))
+            errs.append(FieldError(f"{path}.{key}", f"Invalid value: must be a {_JSON_TYPE[kind]}"))
     dns = pod.get("dnsConfig")
     if dns is not None:
         if not isinstance(dns, Mapping):

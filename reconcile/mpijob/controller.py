@@ -379,7 +379,7 @@ class Controller:
             else ExecResult()
         )
         self._after_execute(obj, the_plan, result)
-        memory = remember(decision.memory, the_plan, result)
+        memory = remember(decision.memory, the_plan, result, now)
         self._memory[key] = memory
 
         status = decision.status
@@ -400,7 +400,9 @@ class Controller:
         )
         if launcher is not None and (controller_ref(launcher) or {}).get("uid") == meta.get("uid"):
             self.metrics.set_job_info(key, names.launcher_name(meta["name"]), str(meta.get("namespace", "")))
-        wakes = [w for w in (status.wake_after, decision.hostfile_wake) if w is not None]
+        wakes = [
+            w for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake) if w is not None
+        ]
         if wakes:
             self.queue.add_after(key, min(wakes))
         if the_plan.conflicts:

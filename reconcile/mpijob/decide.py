@@ -18,6 +18,7 @@ import render
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult
 from reconcile.engine.plan import Plan
+from reconcile.mpijob import recreate
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from reconcile.mpijob.syncstate import (
@@ -29,7 +30,7 @@ from reconcile.mpijob.syncstate import (
     worth_writing,
 )
 from render import conditions as rcond
-from render import names
+from render import failures, names
 from render.children.sshwait import discovers_hosts
 from render.observed import CreateFailure
 
@@ -78,6 +79,8 @@ class Decision:
     # A plan that only rewrites the hostfile, held back: written by the sync at the hold's end.
     hostfile_held: bool = False
     hostfile_wake: float | None = None
+    # Creates of children someone else keeps deleting, held back: the sync after this wait sends them.
+    recreate_wake: float | None = None
     # The status as the world stands before the plan; after writes the controller settles it again.
     status: StatusDecision | None = None
 
@@ -92,6 +95,8 @@ class Decision:
         out += [str(e) for e in self.plan.entries]
         if self.hostfile_held:
             out.append("hold the hostfile patch")
+        if self.recreate_wake is not None:
+            out.append("hold the creates of children deleted again")
         if self.status is not None and (self.status.write or self.status.held):
             verb = "write" if self.status.write else "hold"
             state = rcond.current_state(rcond.clean(self.status.new.get("conditions")))
@@ -104,9 +109,8 @@ class Decision:
     @property
     def wake_after(self) -> float | None:
         """Seconds until this job must be synced again by time alone, if it must."""
-        waits = [
-            w for w in (self.status.wake_after if self.status else None, self.hostfile_wake) if w is not None
-        ]
+        status_wake = self.status.wake_after if self.status else None
+        waits = [w for w in (status_wake, self.hostfile_wake, self.recreate_wake) if w is not None]
         return min(waits) if waits else None
 
 
@@ -156,6 +160,7 @@ def decide(
         memory = attrs.evolve(memory, fresh_ssh_key=None)
     observed = _observed(children, memory, now)
     desired, known = render.render_with_status(job, observed, config)
+    memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
     if render.ttl_expired(job, known, now):
         return Decision(Action.DELETE_JOB, memory)
 
@@ -179,7 +184,9 @@ def decide(
         assert since is not None
         the_plan = Plan()  # the sync the queue hands out at the hold's end writes it
         hostfile_wake = window - (now - since).total_seconds() + _SLACK
-    status, memory = settle_status(job, mpijob, known, memory, now)
+    the_plan, held_for = recreate.hold(memory.created, the_plan, now)
+    recreate_wake = None if held_for is None else held_for + _SLACK
+    status, memory = settle_status(job, mpijob, known, memory, now, observed)
     return Decision(
         Action.SYNC,
         memory,
@@ -187,6 +194,7 @@ def decide(
         clear_start_time=clear,
         hostfile_held=hostfile_held,
         hostfile_wake=hostfile_wake,
+        recreate_wake=recreate_wake,
         status=status,
     )
 
@@ -206,15 +214,23 @@ def settle(
     replacement runs."""
     job, memory = memory.job(mpijob)
     base = job if before is None else render.parse_mpijob({**mpijob, "status": dict(before)})
-    new = render.status(base, _observed(children, memory, now), config)
-    return settle_status(job, mpijob, new, memory, now)
+    observed = _observed(children, memory, now)
+    new = render.status(base, observed, config)
+    memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
+    return settle_status(job, mpijob, new, memory, now, observed)
 
 
 def settle_status(
-    job: render.MPIJob, mpijob: Mapping[str, Any], new: dict[str, Any], memory: JobMemory, now: datetime
+    job: render.MPIJob,
+    mpijob: Mapping[str, Any],
+    new: dict[str, Any],
+    memory: JobMemory,
+    now: datetime,
+    observed: render.Observed | None = None,
 ) -> tuple[StatusDecision, JobMemory]:
+    """``observed``: the world ``new`` was computed from (a failed worker's back-off ends by time)."""
     old = dict(mpijob.get("status") or {})
-    wake = _wakeup(job, new, now)
+    wake = _wakeup(job, new, now, observed)
     if not worth_writing(old, new):
         return StatusDecision(old, new, False, False, wake), attrs.evolve(memory, status_held_since=None)
     # Replica counts alone changed: hold the write up to QUIET_SECONDS from the first such change (a
@@ -228,14 +244,15 @@ def settle_status(
     if held:
         assert since is not None
         until = window - (now - since).total_seconds() + _SLACK
-        shown_wake = _wakeup(job, old, now)
+        shown_wake = _wakeup(job, old, now, observed)
         wake = min(w for w in (until, shown_wake) if w is not None)
         return StatusDecision(old, new, False, True, wake), memory
     return StatusDecision(old, new, True, False, wake), memory
 
 
-def remember(memory: JobMemory, the_plan: Plan, result: ExecResult) -> JobMemory:
-    """What this sync's writes taught: the create the server refused, the names a create found taken."""
+def remember(memory: JobMemory, the_plan: Plan, result: ExecResult, now: datetime) -> JobMemory:
+    """What this sync's writes taught: the create the server refused, the names a create found taken,
+    the children created (and deleted) and when."""
     failed = next((f for f in result.failures if f.verb == "create"), None)
     refused = None
     if failed is not None:
@@ -252,12 +269,17 @@ def remember(memory: JobMemory, the_plan: Plan, result: ExecResult) -> JobMemory
         # A create met an existing object: the next syncs read who holds the name.
         settled = {o.key for o in result.done} | {f.key for f in result.failures}
         taken = taken | {(c.key.kind, c.key.name) for c in the_plan.creates if c.key not in settled}
-    return attrs.evolve(memory, create_failure=refused, taken=taken)
+    created = recreate.record(memory.created, result, now)
+    return attrs.evolve(memory, create_failure=refused, taken=taken, created=created)
 
 
 def _observed(children: Sequence[Mapping[str, Any]], memory: JobMemory, now: datetime) -> render.Observed:
     return render.Observed.from_objects(
-        children, now=now, fresh_ssh_key=memory.fresh_ssh_key, create_failure=memory.create_failure
+        children,
+        now=now,
+        fresh_ssh_key=memory.fresh_ssh_key,
+        create_failure=memory.create_failure,
+        worker_failures=memory.worker_failures,
     )
 
 
@@ -285,8 +307,10 @@ def _hold(
     return True, since
 
 
-def _wakeup(job: render.MPIJob, status: Mapping[str, Any], now: datetime) -> float | None:
-    wake = render.next_wakeup(job, status, now)
+def _wakeup(
+    job: render.MPIJob, status: Mapping[str, Any], now: datetime, observed: render.Observed | None
+) -> float | None:
+    wake = render.next_wakeup(job, status, now, observed)
     if wake is None:
         return None
     return min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + _SLACK)

@@ -11,8 +11,9 @@ from typing import Any
 import attrs
 
 from reconcile.engine.plan import Converged
+from reconcile.mpijob.recreate import Created
 from render import MPIJob, SSHKey, parse_mpijob
-from render.observed import CreateFailure
+from render.observed import CreateFailure, WorkerFailure
 
 
 @attrs.frozen
@@ -34,6 +35,13 @@ class JobMemory:
     # finished sync acted on (served at /debug/synced for tests).
     sync_failures: int = 0
     synced_version: str | None = None
+    # Each worker index's failures so far (render/failures.py counts them, each failed pod once): the
+    # back-off before a failed worker is replaced, and the bound that fails the job. A replacement pod
+    # carries its index's count (an annotation), so a restarted operator goes on from it.
+    worker_failures: tuple[WorkerFailure, ...] = ()
+    # The children this operator created (how often, when last): those someone else keeps deleting are
+    # created again with back-off (recreate.py).
+    created: tuple[Created, ...] = ()
     # The MPIJob as parsed at its resourceVersion (parsing and validating is pure: the same version parses
     # the same), and the children the last plan found converged (reconcile.engine.plan.Plan.converged).
     parsed: MPIJob | None = attrs.field(default=None, eq=False, repr=False)

@@ -26,6 +26,10 @@ def worker_pod(job: MPIJob, index: int, config: Config) -> dict[str, Any]:
     if not container.get("command") and not container.get("args"):
         container["command"] = list(DEFAULT_WORKER_COMMAND)
     container.setdefault("env", []).append(env_var("K_MPI_JOB_ROLE", names.ROLE_WORKER))
+    for c in spec["containers"]:
+        # A container that fails without writing a termination message gets its log's tail there, so
+        # the job's Failed condition can quote it without the operator reading logs.
+        c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     decorate_gang(job, spec, labels, annotations, config)
     meta = object_meta(job, name, labels)
     if annotations:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 from localcluster.operator import OperatorRunner
+from reconcile.runtime.kube import MPIJOB
 from reconcile.runtime.kube import POD as POD_RES
 from tests.chaos.faultproxy import FaultProxy
 from tests.chaos.harness import (
+    KNOB,
     LOCK_NS,
     ChaosCluster,
     Report,
@@ -19,6 +22,7 @@ from tests.chaos.harness import (
     identity_of,
     jobs_building,
     lease_timeline,
+    mpijob,
     operator_writes,
     running,
     submit,
@@ -226,4 +230,123 @@ def apiserver_restart(cc: ChaosCluster, jobs: int = 8, restarts: int = 1, seed: 
     return report
 
 
-__all__ = ["LOCK_NS", "apiserver_restart", "faulty_proxy", "kill9", "sigterm_handover"]
+CRASH_MESSAGE = "sshd: no hostkeys available -- exiting."
+
+
+def crashing_job(name: str) -> dict:
+    """A job whose workers exit 1 a second after they start (kwok's pod-fail stage), and whose launcher
+    waits as its gate would (held: it never finishes on its own)."""
+    job = mpijob(name, WORKERS)
+    specs = job["spec"]["mpiReplicaSpecs"]
+    specs["Worker"]["template"]["metadata"] = {
+        "annotations": {f"{KNOB}exit-code": "1", f"{KNOB}message": CRASH_MESSAGE}
+    }
+    specs["Launcher"]["template"]["metadata"]["annotations"][f"{KNOB}hold"] = "true"
+    return job
+
+
+def _failed_reasons(cc: ChaosCluster, namespace: str) -> dict[str, str]:
+    assert cc.admin is not None
+    out = {}
+    for o in cc.admin.list(MPIJOB, namespace)["items"]:
+        for c in (o.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Failed" and c["status"] == "True":
+                out[o["metadata"]["name"]] = f"{c.get('reason')}: {c.get('message')}"
+    return out
+
+
+def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50, seed: int = 5) -> Report:
+    """Healthy jobs alone, then as many again beside jobs whose workers crash at start: the healthy ones
+    must finish as fast, every crashing one must end Failed/WorkerBackoffLimitExceeded within its bound
+    (fewer than workers + backoffLimit x workers pod creates each), and the invariants hold."""
+    assert cc.admin is not None
+    alone_ns = cc.namespace(f"chaos-alone-{seed}")
+    ns = cc.namespace(f"chaos-beside-{seed}")
+    crash_ns = cc.namespace(f"chaos-crashing-{seed}")
+    op = cc.operator("crashing")
+    with running(op):
+        op.start(timeout=120)
+        began = time.monotonic()
+        alone_names = _names("h", healthy)
+        submit(cc.admin, alone_ns, alone_names, WORKERS)
+        stuck_alone = wait_all_succeeded(cc.admin, alone_ns, alone_names, TIMEOUT)
+        alone_s = time.monotonic() - began
+        _settle(cc, alone_ns)
+
+        since = time.time()
+        recorder = StatusRecorder(cc.admin, ns).start()
+        crash_names = _names("c", crashing)
+        crash_began = time.monotonic()
+        for name in crash_names:
+            cc.admin.create(MPIJOB, crash_ns, crashing_job(name))
+        time.sleep(5)  # their crash loops are under way
+        began = time.monotonic()
+        names = _names("h", healthy)
+        uids = submit(cc.admin, ns, names, WORKERS)
+        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+        beside_s = time.monotonic() - began
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and len(_failed_reasons(cc, crash_ns)) < crashing:
+            time.sleep(1)
+        crash_done_s = time.monotonic() - crash_began
+        _settle(cc, ns)
+        time.sleep(2)
+        report = check(cc, "crashing neighbours", ns, uids, WORKERS, since, stuck, recorder)
+        report.stuck += [f"{alone_ns}/{n} (alone)" for n in sorted(stuck_alone)]
+        failed = _failed_reasons(cc, crash_ns)
+        for name in crash_names:
+            reason = failed.get(name, "not failed")
+            if not reason.startswith("WorkerBackoffLimitExceeded: ") or CRASH_MESSAGE not in reason:
+                report.stuck.append(f"{crash_ns}/{name}: {reason[:300]}")
+        creates: dict[str, int] = {}
+        for e in operator_writes(cc.audit(since), crash_ns):
+            ref = e["objectRef"]
+            if (
+                e["verb"] == "create"
+                and ref.get("resource") == "pods"
+                and e["responseStatus"].get("code") == 201
+            ):
+                job = str(ref.get("name") or "").rsplit("-worker-", 1)[0]
+                creates[job] = creates.get(job, 0) + 1
+        worst = max(creates, key=lambda j: creates[j], default="")
+        deletes = sum(
+            1
+            for e in operator_writes(cc.audit(since), crash_ns)
+            if e["verb"] == "delete"
+            and str((e.get("objectRef") or {}).get("name") or "").startswith(f"{worst}-worker-")
+        )
+        others = Counter(
+            str(e.get("userAgent") or e.get("user", {}).get("username") or "?").split(" ")[0]
+            for e in cc.audit(since)
+            if e.get("verb") == "delete"
+            and (e.get("objectRef") or {}).get("resource") == "pods"
+            and (e.get("objectRef") or {}).get("namespace") == crash_ns
+            and identity_of(e) is None
+        )
+        holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
+        report.extra.update(
+            crashing_worst=f"{worst}: {creates.get(worst, 0)} creates, {deletes} deletes, "
+            f"{failed.get(worst, 'not failed')[:200]}",
+            lease_holders=len(holders),
+            crashing_pod_deletes_by_others=dict(others),
+            healthy_alone_s=round(alone_s, 1),
+            healthy_beside_crashing_s=round(beside_s, 1),
+            crashing_all_failed_s=round(crash_done_s, 1),
+            crashing_worker_creates_max=max(creates.values(), default=0),
+            crashing_worker_creates_total=sum(creates.values()),
+            crashing_operator_writes=len(operator_writes(cc.audit(since), crash_ns)),
+        )
+        report.faults = {"jobs whose workers crash at start": crashing}
+        _exited(report, op)
+        recorder.stop()
+    return report
+
+
+__all__ = [
+    "LOCK_NS",
+    "apiserver_restart",
+    "crashing_neighbours",
+    "faulty_proxy",
+    "kill9",
+    "sigterm_handover",
+]

@@ -67,3 +67,13 @@ def test_apiserver_sigkill_and_restart(chaos_cluster):
     report = scenarios.apiserver_restart(chaos_cluster, jobs=6)
     assert_clean(report)
     hit_mid_build(report)
+
+
+def test_crashing_workers_beside_healthy_jobs(chaos_cluster):
+    report = scenarios.crashing_neighbours(chaos_cluster, healthy=10, crashing=10)
+    assert_clean(report)
+    extra = report.extra
+    # 2 workers, the default backoffLimit 6: fewer than 2 + 6 x 2 worker pods per crashing job
+    assert 0 < extra["crashing_worker_creates_max"] < 2 + 6 * 2, extra
+    # the healthy jobs finish about as fast as without the crashing ones (a shared, noisy machine)
+    assert extra["healthy_beside_crashing_s"] <= 1.5 * extra["healthy_alone_s"] + 10, extra

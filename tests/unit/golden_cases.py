@@ -47,7 +47,7 @@ def produce(case: str) -> dict[str, str]:
     new = status(mpijob, observed, config)
     files["status.yaml"] = dump(new)
     old = mpijob.get("status") if isinstance(mpijob, dict) else None
-    wakeup = next_wakeup(mpijob, new, now)
+    wakeup = next_wakeup(mpijob, new, now, observed)
     files["lifecycle.yaml"] = dump(
         {
             "events": [attrs.asdict(e) for e in events(mpijob, old, new, observed)],

@@ -14,7 +14,9 @@ CFG = Config()
 def test_failed_worker_is_deleted_then_recreated():
     j = job()
     j["status"] = status(j, observed(worker(0), worker(1)), CFG)
-    round1 = render(j, observed(worker(0), worker(1, "Failed"), launcher()), CFG)
+    gone = worker(1, "Failed", containerStatuses=[{"name": "w", "state": {"terminated": {"exitCode": 1}}}])
+    gone["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = ts(10)  # back-off over
+    round1 = render(j, observed(worker(0), gone, launcher()), CFG)
     assert names_of(round1, "Pod") == ["pi-worker-0"]  # the differ deletes pi-worker-1
     round2 = render(j, observed(worker(0), launcher()), CFG)
     assert names_of(round2, "Pod") == ["pi-worker-0", "pi-worker-1"]  # and creates it again

@@ -273,6 +273,7 @@ GOLDEN_STATE = {
     "conflict": "Created",
     "deadline-exceeded": "Failed",
     "evicted-worker": "Restarting",
+    "failed-worker-backoff": "Restarting",
     "failed-worker-replaced": "Restarting",
     "gang-wait-for-workers": None,  # nothing observed yet: Created waits for the children
     "horovod-tensorflow-mnist": None,  # nothing observed yet: Created waits for the children
@@ -298,6 +299,7 @@ GOLDEN_STATE = {
     "tensorflow-benchmarks-gpu": None,  # nothing observed yet: Created waits for the children
     "ttl-expired": "Succeeded",
     "workers-unreachable": "Failed",
+    "worker-backoff-limit-exceeded": "Failed",
     "volcano": None,  # nothing observed yet: Created waits for the children
     "wait-for-workers-holding": "Created",
     "wait-for-workers-releasing": "Created",

@@ -1,0 +1,113 @@
+"""L1: a worker that keeps failing, against a real kube-apiserver (pod status moved by hand, as the kubelet
+would): each failed pod stays through its back-off, then is replaced; past runPolicy.backoffLimit the job
+ends Failed quoting the pod, its failed workers stay and its launcher Job is suspended."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from reconcile.runtime.kube import JOB, Kube
+from tests.cluster.test_operator import (
+    condition,
+    create_mpijob,
+    get_job,
+    has_condition,
+    has_event,
+    live_workers,
+    set_pod_status,
+    workers,
+)
+from tests.utils import pi_job, wait_for
+
+MESSAGE = "sshd: no hostkeys available -- exiting."
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def crash(kube: Kube, pod: dict[str, Any]) -> None:
+    """What the kubelet writes for a container that exited 1 a second after it started."""
+    end = datetime.now(UTC)
+    term = {
+        "exitCode": 1,
+        "reason": "Error",
+        "message": MESSAGE,
+        "startedAt": stamp(end - timedelta(seconds=1)),
+        "finishedAt": stamp(end),
+        "containerID": "containerd://0",
+    }
+    set_pod_status(
+        kube,
+        pod,
+        "Failed",
+        containerStatuses=[
+            {
+                "name": "mpi-worker",
+                "image": "x",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": term},
+            }
+        ],
+    )
+
+
+def uid(pod: dict[str, Any]) -> str:
+    return pod["metadata"]["uid"]
+
+
+@pytest.mark.l1
+def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the_job(
+    kube, namespace, start_operator
+):
+    start_operator()
+    create_mpijob(kube, namespace, pi_job(run_policy={"backoffLimit": 2}))
+    first = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    created = {uid(p) for p in first}
+    wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "launcher Job")
+
+    # failure 1 of worker 0: kept for 10 s, then replaced
+    crash(kube, first[0])
+    failed_at = time.monotonic()
+    wait_for(lambda: has_condition(get_job(kube, namespace), "Restarting"), "Restarting")
+    restarting = condition(get_job(kube, namespace)["status"], "Restarting")
+    assert MESSAGE in restarting["message"] and "pi-worker-0" in restarting["message"], restarting
+    time.sleep(6)
+    assert uid(first[0]) in {uid(p) for p in live_workers(kube, namespace)}  # still there: its logs stay
+    second = wait_for(
+        lambda: (
+            (w := live_workers(kube, namespace))
+            and len(w) == 2
+            and uid(w[0]) not in created
+            and w[0]["status"].get("phase") != "Failed"
+            and w
+        ),
+        "worker 0 replaced",
+        timeout=30,
+    )
+    waited = time.monotonic() - failed_at
+    assert 9 <= waited <= 20, waited
+    created |= {uid(p) for p in second}
+
+    # failures 2 and 3 (worker 1, then worker 0 again): 3 > backoffLimit 2
+    crash(kube, second[1])
+    crash(kube, second[0])
+    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Failed") and s, "Failed", timeout=20)
+    failed = condition(job["status"], "Failed")
+    assert failed["reason"] == "WorkerBackoffLimitExceeded", failed
+    assert "more than backoffLimit 2" in failed["message"] and MESSAGE in failed["message"], failed
+    assert "pod pi-worker-" in failed["message"], failed
+    wait_for(lambda: has_event(kube, namespace, "Warning", "WorkerBackoffLimitExceeded"), "Warning event")
+    # the launcher stops; the failed workers stay (cleanPodPolicy Running) and none is created again
+    wait_for(lambda: kube.get(JOB, namespace, "pi-launcher")["spec"].get("suspend") is True, "suspended")
+    time.sleep(12)  # past any back-off that was running
+    left = workers(kube, namespace)
+    assert {uid(p) for p in left} == {uid(p) for p in second}, left
+    assert all(p["status"].get("phase") == "Failed" for p in left)
+    assert len(created) == 3  # 2 first workers, 1 replacement

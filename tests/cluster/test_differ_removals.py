@@ -18,8 +18,9 @@ from kubernetes.dynamic import DynamicClient
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import execute
 from reconcile.engine.plan import ObjectKey, Plan
-from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from reconcile.runtime.kube import Kube
+from reconcile.runtime.kubewriter import KubeWriter
 from tests.cluster.served import (
     by_kind,
     desired_for,
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.l1
 
 def create_all(dyn: DynamicClient, desired: list[dict[str, Any]], owner: str) -> None:
     ensure_priority_classes(dyn, desired)
-    result = execute(plan(desired, [], POLICY, owner), DynamicWriter(dyn), FIELD_MANAGER)
+    result = execute(plan(desired, [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
     assert result.ok, result.failures
 
 
@@ -43,7 +44,7 @@ def plan_now(dyn: DynamicClient, desired: list[dict[str, Any]], owner: str) -> P
 
 
 def run(dyn: DynamicClient, step: Plan) -> Counter[tuple[str, str, str]]:
-    result = execute(step, DynamicWriter(dyn), FIELD_MANAGER)
+    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
     assert result.ok, (result.failures, result.retry, result.replan)
     return result.request_counts()
 
@@ -218,7 +219,7 @@ def test_configmap_key_no_longer_rendered_is_removed_and_a_race_retries(
         body={"metadata": {"annotations": {"touched": "yes"}}},
         content_type="application/merge-patch+json",
     )
-    raced = execute(step, DynamicWriter(dyn), FIELD_MANAGER)
+    raced = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
     assert raced.retry and not raced.failures and not raced.events
     assert raced.request_counts() == Counter({("patch", "ConfigMap", "422"): 1})
     assert "old-key" in get(dyn, cm)["data"]
@@ -238,6 +239,8 @@ def test_dry_run_removal_persists_nothing(namespace: str, api_client: ApiClient)
     cm = by_kind(desired, "ConfigMap")[0]
     key = sorted(cm["data"])[0]
     del cm["data"][key]
-    result = execute(plan_now(dyn, desired, owner), DynamicWriter(dyn), FIELD_MANAGER, dry_run=True)
+    result = execute(
+        plan_now(dyn, desired, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER, dry_run=True
+    )
     assert result.ok and key not in result.done[0].object["data"]
     assert key in get(dyn, cm)["data"]

@@ -9,13 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
+
 from tests.conftest import HYPOTHESIS_SEED, NARROWING_ENV
 
 REPO = Path(__file__).resolve().parents[2]
+# Variables by which Hypothesis knows a CI host and derandomizes: the runs below stand for a developer's
+# machine unless they set MPIJOB_CI themselves.
+_HOST_CI = set(getattr(hypothesis._settings, "_CI_VARS", ("CI", "TF_BUILD")))
 
 
 def _env(**extra: str) -> dict[str, str]:
-    ours = {"PYTEST_ADDOPTS", *NARROWING_ENV}
+    ours = {"PYTEST_ADDOPTS", *NARROWING_ENV, *_HOST_CI}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPIJOB_") and k not in ours}
     return {**env, **extra}
 

@@ -16,38 +16,31 @@ class BinariesMissing(RuntimeError):
     """The control-plane binaries are not built (run deploy/local/build.sh)."""
 
 
-def find_bin_dir() -> Path:
-    """The finished build's bin dir; raises BinariesMissing rather than building (that takes ~30 min)."""
+def built_dir(flag: str, what: str, required: tuple[str, ...], build_args: str = "") -> Path:
+    """The dir ``build.sh FLAG`` prints for a finished build, holding every path in ``required``; raises
+    BinariesMissing rather than building (a cold build takes many minutes)."""
     proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--print-bin-dir"], capture_output=True, text=True, check=False, env=os.environ
+        [str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=False, env=os.environ
     )
+    build = f"{BUILD_SCRIPT}{' ' + build_args if build_args else ''}"
     if proc.returncode != 0:
-        raise BinariesMissing(
-            f"control-plane binaries not built ({proc.stderr.strip()}); run {BUILD_SCRIPT} first"
-        )
-    bin_dir = Path(proc.stdout.strip())
-    missing = [name for name in REQUIRED if not os.access(bin_dir / name, os.X_OK)]
+        raise BinariesMissing(f"{what} not built ({proc.stderr.strip()}); run {build} first")
+    out = Path(proc.stdout.strip())
+    # Programs must be executable; data files (install.yaml) readable.
+    missing = [n for n in required if not os.access(out / n, os.R_OK if Path(n).suffix else os.X_OK)]
     if missing:
-        raise BinariesMissing(f"{bin_dir} lacks {', '.join(missing)}; rerun {BUILD_SCRIPT}")
-    return bin_dir
+        raise BinariesMissing(f"{out} lacks {', '.join(missing)}; rerun {build}")
+    return out
+
+
+def find_bin_dir() -> Path:
+    """The control plane's bin dir."""
+    return built_dir("--print-bin-dir", "control-plane binaries", REQUIRED)
 
 
 NODE_REQUIRED = ("kubelet", "coredns")
 
 
 def find_node_bin_dir() -> Path:
-    """The real node's binaries (kubelet, CoreDNS) from `build.sh --node`; raises BinariesMissing."""
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--print-node-bin-dir"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ,
-    )
-    if proc.returncode != 0:
-        raise BinariesMissing(f"node binaries not built ({proc.stderr.strip()}); run {BUILD_SCRIPT} --node")
-    bin_dir = Path(proc.stdout.strip())
-    missing = [name for name in NODE_REQUIRED if not os.access(bin_dir / name, os.X_OK)]
-    if missing:
-        raise BinariesMissing(f"{bin_dir} lacks {', '.join(missing)}; rerun {BUILD_SCRIPT} --node")
-    return bin_dir
+    """The real node's binaries (kubelet, CoreDNS) from `build.sh --node`."""
+    return built_dir("--print-node-bin-dir", "node binaries", NODE_REQUIRED, "--node")

@@ -27,7 +27,7 @@ import attrs
 import yaml
 
 from localcluster import pki
-from localcluster.binaries import BUILD_SCRIPT, BinariesMissing
+from localcluster.binaries import built_dir
 from localcluster.cluster import wait_for_crds
 from localcluster.processes import Proc, free_port
 
@@ -45,17 +45,8 @@ _LEFT_OUT = {"Deployment", "Service", "APIService", "Secret"}
 
 
 def find_kueue_dir() -> Path:
-    """The finished Kueue build (bin/kueue, install.yaml); raises BinariesMissing rather than building."""
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--print-kueue-dir"], capture_output=True, text=True, check=False, env=os.environ
-    )
-    if proc.returncode != 0:
-        raise BinariesMissing(f"Kueue not built ({proc.stderr.strip()}); run {BUILD_SCRIPT} first")
-    kueue_dir = Path(proc.stdout.strip())
-    for need in ("bin/kueue", "install.yaml"):
-        if not (kueue_dir / need).exists():
-            raise BinariesMissing(f"{kueue_dir} lacks {need}; rerun {BUILD_SCRIPT}")
-    return kueue_dir
+    """The finished Kueue build (bin/kueue, install.yaml)."""
+    return built_dir("--print-kueue-dir", "Kueue", ("bin/kueue", "install.yaml"))
 
 
 @attrs.define

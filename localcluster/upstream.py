@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import fcntl
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -21,7 +20,7 @@ from typing import IO, Any
 
 import yaml
 
-from localcluster.binaries import BUILD_SCRIPT, BinariesMissing
+from localcluster.binaries import BUILD_SCRIPT, BinariesMissing, built_dir
 from localcluster.processes import Proc, spawn
 
 MODULE = "github.com/kubeflow/mpi-operator"
@@ -33,20 +32,8 @@ READY_LINE = "Started workers"  # logged once the leader's caches are synced and
 
 
 def find_upstream_dir() -> Path:
-    """The finished build (bin/mpi-operator); raises BinariesMissing rather than building."""
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--print-upstream-dir"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ,
-    )
-    if proc.returncode != 0:
-        raise BinariesMissing(f"upstream mpi-operator not built ({proc.stderr.strip()}); run {BUILD_SCRIPT}")
-    out = Path(proc.stdout.strip())
-    if not os.access(out / "bin" / "mpi-operator", os.X_OK):
-        raise BinariesMissing(f"{out} lacks bin/mpi-operator; rerun {BUILD_SCRIPT}")
-    return out
+    """The finished build of upstream's operator (bin/mpi-operator)."""
+    return built_dir("--print-upstream-dir", "upstream mpi-operator", ("bin/mpi-operator",), "--upstream")
 
 
 def version() -> str:

@@ -18,8 +18,8 @@ from reconcile.engine.executor import (
     returned_objects,
 )
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
-from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.policy import FIELD_MANAGER
+from tests.unit.dynamic_writer import DynamicWriter
 from tests.unit.fakes import FakeDynamic
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")

@@ -14,7 +14,6 @@ from kubernetes.client.exceptions import ApiException
 import render
 from reconcile.engine.executor import CreateRules, execute
 from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
-from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob import controller as controller_mod
 from reconcile.mpijob.decide import MAX_WAKEUP_SECONDS
 from reconcile.mpijob.metrics import Metrics
@@ -23,6 +22,7 @@ from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import ApiError
 from render import Config, Observed
 from render.observed import CreateFailure
+from tests.unit.dynamic_writer import DynamicWriter
 from tests.unit.fakes import FakeDynamic, FakeKube
 from tests.unit.render_helpers import BASE, KEY, NOW, created_children
 

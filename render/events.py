@@ -1,4 +1,5 @@
-"""Kubernetes events for each status transition, as upstream emits them."""
+"""Kubernetes events: one per status transition, as upstream emits them, saying the start-up phases'
+durations too."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ class Event:
     message: str
 
 
-# Reasons of the events that say how long a phase took (render.phases).
+# Reasons of the event that says how long the start-up phases took when no condition event of the same
+# transition can carry it (render.phases).
 REASON_WORKERS_RUNNING = "WorkersRunning"
-REASON_LAUNCHER_RUNNING = "LauncherRunning"
 REASON_DURATION = "JobDuration"
 
 
@@ -50,63 +51,78 @@ def events(
     new_status: Mapping[str, Any] | None,
     observed: Observed | None = None,
 ) -> list[Event]:
-    """One event per condition whose status or reason changed between old and new; with ``observed``
-    (the children the transition was computed from), then one per start-up phase the transition reveals,
-    saying how long it took."""
+    """One event per condition whose status or reason changed between old and new. With ``observed`` (the
+    children the transition was computed from), the start-up phases the transition reveals are said in
+    the same events: the workers' and the launcher's start in the Running event, the whole duration in
+    the Succeeded or Failed one. So a job costs one event write per transition."""
     out = _condition_events(old_status, new_status)
-    if observed is not None:
-        out += duration_events(mpijob, old_status, new_status, observed)
-    return out
+    if observed is None:
+        return [e for _, e in out]
+    start, end = duration_sentences(mpijob, old_status, new_status, observed)
+    for sentence, carriers, reason in (
+        (start, (cond.RUNNING,), REASON_WORKERS_RUNNING),
+        (end, (cond.SUCCEEDED, cond.FAILED), REASON_DURATION),
+    ):
+        if not sentence:
+            continue
+        i = next((i for i, (ctype, _) in enumerate(out) if ctype in carriers), None)
+        if i is None:
+            out.append((None, Event(NORMAL, reason, sentence)))
+        else:
+            ctype, e = out[i]
+            out[i] = (ctype, attrs.evolve(e, message=f"{e.message} {sentence}".strip()))
+    return [e for _, e in out]
 
 
 def _seconds(value: float) -> str:
     return f"{round(value, 1):g} s"
 
 
-def duration_events(
+def duration_sentences(
     mpijob: Mapping[str, Any] | MPIJob,
     old_status: Mapping[str, Any] | None,
     new_status: Mapping[str, Any] | None,
     observed: Observed,
-) -> list[Event]:
-    """Normal events with the durations of render.phases.samples: the workers' and the launcher's start
-    at the job's first run (or resume), the whole duration when it finishes."""
+) -> tuple[str, str]:
+    """The durations of render.phases.samples as two sentences (either may be empty): the workers' and the
+    launcher's start at the job's first run (or resume), and the whole duration when it finishes."""
     if cond.clean((old_status or {}).get("conditions")) == cond.clean((new_status or {}).get("conditions")):
-        return []  # no transition (most syncs): skip parsing the job
+        return "", ""  # no transition (most syncs): skip parsing the job
     try:
         job = mpijob if isinstance(mpijob, MPIJob) else parse_mpijob(mpijob)
     except ValidationError:  # an invalid job has no phases; its Failed condition says why
-        return []
+        return "", ""
     s = ph.samples(job, old_status, new_status, observed)
-    out = []
+    start = []
     workers = s.phase(ph.WORKERS_RUNNING)
     if workers is not None:
         resumed = cond.find(cond.clean((new_status or {}).get("conditions")), cond.SUSPENDED) is not None
         since = "it resumed" if resumed else "its children were created"
-        who = "the worker" if s.workers == 1 else f"all {s.workers} workers"
-        out.append(Event(NORMAL, REASON_WORKERS_RUNNING, f"{who} running {_seconds(workers)} after {since}"))
+        who = "The worker was" if s.workers == 1 else f"All {s.workers} workers were"
+        start.append(f"{who} running {_seconds(workers)} after {since}")
     launcher = s.phase(ph.LAUNCHER_RUNNING)
     if launcher is not None:
-        message = f"launcher running {_seconds(launcher)} after the last worker"
+        part = f"{_seconds(launcher)} after the last worker"
         if s.gate_wait is not None:
-            message += f" (its SSH gate waited {_seconds(s.gate_wait)})"
-        out.append(Event(NORMAL, REASON_LAUNCHER_RUNNING, message))
+            part += f" (its SSH gate waited {_seconds(s.gate_wait)})"
+        start.append(f"the launcher {part}" if start else f"The launcher was running {part}")
+    end = ""
     if s.duration is not None:
         outcome, total = s.duration
-        message = f"MPIJob {outcome.lower()} {_seconds(total)} after it was submitted"
+        end = f"It {outcome.lower()} {_seconds(total)} after it was submitted"
         ran = s.phase(ph.FINISHED)
         if ran is not None:
-            message += f"; the launcher ran {_seconds(ran)}"
-        out.append(Event(NORMAL, REASON_DURATION, message))
-    return out
+            end += f"; the launcher ran {_seconds(ran)}"
+        end += "."
+    return ("; ".join(start) + "." if start else ""), end
 
 
 def _condition_events(
     old_status: Mapping[str, Any] | None, new_status: Mapping[str, Any] | None
-) -> list[Event]:
+) -> list[tuple[str | None, Event]]:
     old = cond.clean((old_status or {}).get("conditions"))
     new = cond.clean((new_status or {}).get("conditions"))
-    out = []
+    out: list[tuple[str | None, Event]] = []
     for ctype in _ORDER:
         c = cond.find(new, ctype)
         if c is None:
@@ -121,5 +137,5 @@ def _condition_events(
         etype = _EVENT_TYPE.get((ctype, str(c.get("status"))))
         if etype is None:
             continue
-        out.append(Event(etype, str(c.get("reason", "")), str(c.get("message", ""))))
+        out.append((ctype, Event(etype, str(c.get("reason", "")), str(c.get("message", "")))))
     return out

@@ -277,7 +277,7 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     )
     assert got.get("finished") == 1 and got.get("duration:Succeeded") == 1, got
     reasons = {e.get("reason"): e.get("message") for e in kq.kube.list(EVENT, kq.ns)["items"]}
-    assert reasons.get("WorkersRunning", "").startswith("all 2 workers running "), reasons
+    assert ". All 2 workers were running " in reasons.get("MPIJobRunning", ""), reasons
 
 
 def test_a_job_that_cannot_start_is_evicted_requeued_and_then_runs(kq: KueueE2E) -> None:

@@ -128,20 +128,19 @@ def test_each_phase_once_with_the_gaps_the_timestamps_give():
     assert sum(s for _, s in life.phases()) == 20.0
 
 
-def test_events_say_the_durations():
+def test_events_say_the_durations_one_event_per_transition():
     life = Life(base_job())
     run_to_success(life)
-    said = {
-        e.reason: e.message
-        for e in life.events
-        if e.reason in ("WorkersRunning", "LauncherRunning", "JobDuration")
-    }
-    assert said == {
-        "WorkersRunning": "all 2 workers running 5 s after its children were created",
-        "LauncherRunning": "launcher running 2 s after the last worker (its SSH gate waited 1.2 s)",
-        "JobDuration": "MPIJob succeeded 20 s after it was submitted; the launcher ran 11 s",
-    }
-    assert [e.type for e in life.events if e.reason in said] == ["Normal"] * 3
+    said = {e.reason: e.message for e in life.events}
+    assert said["MPIJobRunning"] == (
+        "MPIJob ns/pi is running. All 2 workers were running 5 s after its children were created;"
+        " the launcher 2 s after the last worker (its SSH gate waited 1.2 s)."
+    )
+    assert said["MPIJobSucceeded"].endswith(
+        "completed. It succeeded 20 s after it was submitted; the launcher ran 11 s."
+    )
+    # Created, Running, Succeeded: one event each.
+    assert [e.reason for e in life.events] == ["MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded"]
 
 
 def test_a_recovery_from_restarting_is_not_a_second_start_up():
@@ -177,7 +176,7 @@ def test_a_suspended_job_counts_its_wait_and_starts_from_its_resume():
         (ph.WORKERS_RUNNING, 4.0),  # from the resume, not from creation
         (ph.LAUNCHER_RUNNING, 2.0),
     ]
-    assert any(e.message.endswith("after it resumed") for e in life.events)
+    assert any("after it resumed;" in e.message for e in life.events)
 
 
 def test_a_job_that_finishes_before_a_running_status_still_counts_its_start_up():

@@ -20,7 +20,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 import render
-from reconcile.engine.writer import DynamicWriter
 from reconcile.mpijob.controller import Controller, SyncError
 from reconcile.mpijob.decide import COALESCE_SECONDS, QUIET_SECONDS, decide, settle_status
 from reconcile.mpijob.memory import JobMemory
@@ -33,6 +32,7 @@ from render.timeutil import parse_time
 from render.yamlio import load_objects
 from tests import strategies
 from tests.unit import golden_cases
+from tests.unit.dynamic_writer import DynamicWriter
 from tests.unit.fakes import FakeDynamic, FakeKube, FakeResources
 
 KEY = load_ssh_key(golden_cases.KEY_FILE.read_text())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -87,8 +87,38 @@ class Reader:
         return value
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
     """The path of the first value nested deeper than `limit`, without recursion; None if none is."""
+    # Depths alone first, scalars skipped by their exact type (the Mapping ABC check is slow): every MPIJob
+    # read pays this walk. The path only for the rare one too deep.
+    stack: list[tuple[object, int]] = [(obj, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        kind = type(value)
+        if kind is dict:
+            items: Iterable[object] = value.values()  # type: ignore[attr-defined]
+        elif kind is list:
+            items = value  # type: ignore[assignment]
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(value, Mapping):
+            items = value.values()
+        elif isinstance(value, list | tuple):
+            items = value
+        else:
+            continue
+        if depth >= limit and items:
+            return _deep_path(obj, limit)
+        for v in items:
+            push((v, depth + 1))
+    return None
+
+
+def _deep_path(obj: object, limit: int) -> str:
     stack: list[tuple[object, str, int]] = [(obj, "", 0)]
     while stack:
         value, path, depth = stack.pop()
@@ -101,7 +131,7 @@ def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
             ]
         elif isinstance(value, list | tuple):
             stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
-    return None
+    raise AssertionError("too_deep found a value deeper than the limit")
 
 
 def _type_name(value: object) -> str:

@@ -507,11 +507,15 @@ class Controller:
         ``children``: the world the status was computed from (the phases' pod start times)."""
         transition = old.get("conditions") != new.get("conditions")
         observed = render.Observed.from_objects(children, now=self._now()) if transition else None
-        for e in render.events(obj, old, new, observed):
-            self.recorder.event(obj, e.type, e.reason, e.message)
+        job: dict[str, Any] | render.MPIJob = obj
         if observed is not None:
             with contextlib.suppress(render.ValidationError):  # an invalid job has no phases
-                self.metrics.observe_phases(phases.samples(render.parse_mpijob(obj), old, new, observed))
+                job = render.parse_mpijob(obj)
+        for e in render.events(job, old, new, observed):
+            self.recorder.event(obj, e.type, e.reason, e.message)
+        if isinstance(job, render.MPIJob):
+            assert observed is not None
+            self.metrics.observe_phases(phases.samples(job, old, new, observed))
         if not condition_true(old, "Created") and condition_true(new, "Created"):
             self.metrics.jobs_created.inc()
         if not condition_true(old, "Succeeded") and condition_true(new, "Succeeded"):

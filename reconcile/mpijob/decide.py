@@ -213,7 +213,9 @@ def settle(
     leaves Restarting=True (Running no longer True, which Kueue reads as PodsReady=False) until the
     replacement runs."""
     job, memory = memory.job(mpijob)
-    base = job if before is None else render.parse_mpijob({**mpijob, "status": dict(before)})
+    base = job
+    if before is not None:  # the same job with the status it showed: no second parse
+        base = attrs.evolve(job, status=dict(before), raw={**job.raw, "status": dict(before)})
     observed = _observed(children, memory, now)
     new = render.status(base, observed, config)
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))

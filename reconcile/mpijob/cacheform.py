@@ -12,9 +12,13 @@ Kept, by kind (what is not listed is dropped):
   policy may change (mutable and conditional ones, and the paths its conditions test) and those render
   reads; ``managedFields`` trees pruned to the same paths (the differ looks for removals and applied
   fields within them only);
-* Pods' ``status``: phase, reason, message, the conditions' type and status, and each container and init
-  container status's name, terminated states and running state's ``startedAt`` (render's readiness,
-  eviction and failure messages; the launcher gate's exit and reported wait; render.phases' start times);
+* Pods' ``status``: phase, reason, message, the conditions' type and status (and the Ready condition's
+  ``lastTransitionTime``: when an evicted pod stopped being ready), and each container and init container
+  status's name, terminated states and running state's ``startedAt`` (render's readiness, eviction and
+  failure messages; the launcher gate's exit and reported wait; render.phases' start times);
+* Jobs' ``status``: conditions, startTime, completionTime and the active, succeeded and failed counts
+  (the launcher's state); a change of any other field (ready, terminating, uncountedTerminatedPods) then
+  makes no watch event, so no sync;
 * MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
   which a body without managedFields keeps the server's);
 * other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
@@ -125,13 +129,21 @@ def _prune_managed_fields(meta: dict[str, Any], spec_paths: list[list[str]]) -> 
     meta["managedFields"] = kept
 
 
+_JOB_STATUS: Final = ("conditions", "startTime", "completionTime", "active", "succeeded", "failed")
+
+
+def _pod_condition(c: Any) -> Any:
+    if not isinstance(c, Mapping):
+        return c
+    keys = ("type", "status", "lastTransitionTime") if c.get("type") == "Ready" else ("type", "status")
+    return {k: c[k] for k in keys if k in c}
+
+
 def _pod_status(status: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if k in status}
     conds = status.get("conditions")
     if isinstance(conds, list):
-        out["conditions"] = [
-            {k: c[k] for k in ("type", "status") if k in c} if isinstance(c, Mapping) else c for c in conds
-        ]
+        out["conditions"] = [_pod_condition(c) for c in conds]
     for key in ("containerStatuses", "initContainerStatuses"):
         statuses = status.get(key)
         if isinstance(statuses, list):
@@ -176,6 +188,8 @@ def transform_for(group: str, kind: str, policy: Policy = POLICY) -> Callable[[O
         status = out.get("status")
         if kind == "Pod" and isinstance(status, Mapping):
             out["status"] = _pod_status(status)
+        elif kind == "Job" and isinstance(status, Mapping):
+            out["status"] = {k: status[k] for k in _JOB_STATUS if k in status}
         return out
 
     return transform

@@ -36,7 +36,7 @@ from reconcile.mpijob.decide import (
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, podgroup_resource
-from reconcile.mpijob.syncstate import condition_true, status_changed
+from reconcile.mpijob.syncstate import condition_true, moot_child_event, status_changed
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.fence import NotLeader
@@ -160,8 +160,12 @@ class Controller:
             if obj is None:
                 continue
             key = self.owner_key(obj)
-            if key is not None:
+            if key is not None and not self._moot(key, old, new):
                 self.queue.add_event(key, self.event_batch)
+
+    def _moot(self, key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+        job = self.mpijobs.store.get(key)
+        return job is not None and moot_child_event(job.get("status") or {}, old, new)
 
     def owner_key(self, obj: Mapping[str, Any]) -> str | None:
         """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from render import names
+from render.observed import is_terminating
 
 # Condition timestamps that render may move without the condition changing.
 _CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime")
@@ -65,6 +66,19 @@ def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
         if c.get("type") == ctype:
             return c.get("status") == "True"
     return False
+
+
+def moot_child_event(
+    job_status: Mapping[str, Any], old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+) -> bool:
+    """A pod of a finished job that is going away (terminating, or gone after it was): nothing a sync of
+    the job could do about it (render keeps a finished job's pods only while they exist). The cleanup's
+    deletes otherwise cost three syncs a pod (deletion started, grace period over, gone) that change
+    nothing."""
+    going = new if new is not None else old
+    if going is None or going.get("kind") != "Pod" or not is_terminating(going):
+        return False
+    return condition_true(job_status, "Succeeded") or condition_true(job_status, "Failed")
 
 
 def is_managed_externally(obj: Mapping[str, Any]) -> bool:

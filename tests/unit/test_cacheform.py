@@ -14,7 +14,7 @@ from reconcile.engine.differ import plan
 from reconcile.engine.semantics import MISSING, get_path, set_path
 from reconcile.mpijob.cacheform import cache_form, kept_spec_paths
 from reconcile.mpijob.policy import POLICY
-from render import Observed, render, status
+from render import Observed, failures, render, status
 from render.keys import load_ssh_key
 from render.parse import parse_mpijob
 from render.phases import gate_wait, pod_running_start
@@ -142,3 +142,39 @@ def test_cached_pods_keep_what_the_phase_metrics_read():
     assert pod_running_start(kept) == pod_running_start(pod) == parse_time("2025-06-01T11:52:05Z")
     assert gate_wait(kept) == gate_wait(pod) == 1.31
     assert "image" not in kept["status"]["containerStatuses"][0]
+
+
+def test_an_evicted_pod_keeps_when_it_stopped_being_ready():
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pi-worker-0", "namespace": "ns"},
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-06-01T11:50:00Z"},
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2025-06-01T11:52:06Z"},
+            ],
+        },
+    }
+    full = failures._failed_since(pod)
+    assert full is not None
+    assert failures._failed_since(cache_form(copy.deepcopy(pod), "v1", "Pod")) == full
+    conds = cache_form(copy.deepcopy(pod), "v1", "Pod")["status"]["conditions"]
+    assert conds[0] == {"type": "PodScheduled", "status": "True"}  # only Ready's time is read
+
+
+def test_a_launcher_job_status_change_nobody_reads_leaves_the_cached_form_alone():
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "pi-launcher", "namespace": "ns"},
+        "status": {"active": 1, "startTime": "2025-06-01T11:52:00Z", "ready": 0, "terminating": 0},
+    }
+    ready = copy.deepcopy(job)
+    ready["status"].update(ready=1, uncountedTerminatedPods={})
+    assert cache_form(copy.deepcopy(job), "batch/v1", "Job") == cache_form(ready, "batch/v1", "Job")
+    done = copy.deepcopy(job)
+    done["status"].update(active=0, succeeded=1, completionTime="2025-06-01T11:53:00Z")
+    assert cache_form(copy.deepcopy(job), "batch/v1", "Job") != cache_form(done, "batch/v1", "Job")

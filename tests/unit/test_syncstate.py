@@ -5,6 +5,7 @@ from __future__ import annotations
 from reconcile.mpijob.syncstate import (
     is_managed_externally,
     launcher_resume_needs_start_time_cleared,
+    moot_child_event,
     only_counts_changed,
     status_changed,
 )
@@ -63,3 +64,32 @@ def test_only_counts_changed_is_a_replica_count_change_on_a_status_with_conditio
     assert not only_counts_changed(old, {**done, "replicaStatuses": {"Worker": {"active": 3}}})
     # the first status is never held back
     assert not only_counts_changed({}, {"replicaStatuses": {"Worker": {"active": 1}}})
+
+
+def _pod(terminating: bool) -> dict:
+    meta: dict = {"name": "pi-worker-0", "namespace": "ns"}
+    if terminating:
+        meta["deletionTimestamp"] = "2025-06-01T12:00:00Z"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"phase": "Running"}}
+
+
+SUCCEEDED = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+RUNNING = {"conditions": [{"type": "Running", "status": "True"}]}
+
+
+def test_a_finished_jobs_pods_going_away_ask_for_no_sync():
+    alive, going = _pod(False), _pod(True)
+    assert moot_child_event(SUCCEEDED, alive, going)  # its deletion started
+    assert moot_child_event(SUCCEEDED, going, going)  # its grace period ran
+    assert moot_child_event(SUCCEEDED, going, None)  # gone
+    assert moot_child_event({"conditions": [{"type": "Failed", "status": "True"}]}, going, None)
+
+
+def test_a_running_jobs_pods_and_other_changes_still_sync():
+    alive, going = _pod(False), _pod(True)
+    assert not moot_child_event(RUNNING, alive, going)  # a lost worker is replaced
+    assert not moot_child_event(RUNNING, going, None)
+    assert not moot_child_event(SUCCEEDED, alive, None)  # deleted without a grace period: the sync reads it
+    assert not moot_child_event(SUCCEEDED, alive, alive)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "deletionTimestamp": "x"}}
+    assert not moot_child_event(SUCCEEDED, cm, None)

@@ -17,7 +17,7 @@
 # Env:   MPIJOB_K8S_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR   bin dir override (default <cache root>/<versions>/bin)
 #        MPIJOB_NODE_BIN_DIR  node bin dir override (default <cache root>/node_<versions>/bin)
-#        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>)
+#        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>_mpi-operator-<version>)
 #        MPIJOB_UPSTREAM_DIR  upstream mpi-operator dir override (default <cache root>/mpi-operator-<version>)
 set -euo pipefail
 
@@ -30,7 +30,7 @@ KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
 STAMP=.build-complete
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
-KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-$KUEUE_VERSION}
+KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-${KUEUE_VERSION}_mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
 # The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
 UPSTREAM_DIR=${MPIJOB_UPSTREAM_DIR:-$CACHE_ROOT/mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
 NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
@@ -224,12 +224,17 @@ control_plane() {
   } >"$STAGE/versions.txt"
 }
 
+# Kueue's module graph lifted by upstream mpi-operator's (MVS: the higher of each version; their k8s.io
+# libraries are one patch release apart): the two builds then compile the shared libraries once.
 build_kueue() {
   local v=sigs.k8s.io/kueue/pkg/version
-  mkdir -p "$STAGE/bin"
-  GOBIN="$STAGE/bin" go install -trimpath \
+  mkdir -p "$STAGE/bin" "$WORK/kueue" && cd "$WORK/kueue"
+  go mod init local/kueuebin >/dev/null 2>&1
+  go get "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" \
+    "github.com/kubeflow/mpi-operator/cmd/mpi-operator@$UPSTREAM_MPI_OPERATOR_VERSION"
+  go build -trimpath \
     -ldflags "-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+    -o "$STAGE/bin/kueue" sigs.k8s.io/kueue/cmd/kueue
 }
 
 # The manifests of a real install, rendered the way `kubectl apply -k config/default` would (CRDs with
@@ -291,7 +296,7 @@ if [ "$MODE" = upstream ]; then
 fi
 locked_build "$BIN_DIR" "$KEY" control_plane
 if [ "$MODE" != control-plane-only ]; then
-  locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
   locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
+  locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
 fi
 echo "$BIN_DIR"

@@ -144,6 +144,13 @@ def test_phase_histograms_match_the_objects(node_e2e: NodeE2E) -> None:
             ("mpi_operator_job_phase_seconds", "suspended")
         )
         print(f"\n[l4] {name}:\n  " + "\n  ".join(figures))
+        # Events are sent off the sync's path: wait for the last one rather than read a snapshot.
+        node_e2e.wait_for(
+            lambda job=name: any(e["reason"] == "MPIJobSucceeded" for e in node_e2e.events(job)),
+            "the MPIJobSucceeded event",
+            30,
+            name,
+        )
         events = {e["reason"]: e["message"] for e in node_e2e.events(name)}
         print(f"  events: {[events.get(r) for r in ('MPIJobRunning', 'MPIJobSucceeded')]}")
         assert "workers were running " in events.get("MPIJobRunning", ""), events

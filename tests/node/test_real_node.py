@@ -63,8 +63,15 @@ def test_unreachable_worker_fails_the_job_naming_it(node_e2e: NodeE2E) -> None:
     assert f"workers not reachable over SSH after 20s: {held}.pi." in failed["message"], failed
     assert "(no DNS record)" in failed["message"], failed
     assert other not in failed["message"], failed  # it answered
-    events = node_e2e.events(name)
-    assert any(e.get("reason") == "WorkersUnreachable" and e.get("type") == "Warning" for e in events), events
+    # Events are sent off the sync's path: wait for it rather than read a snapshot.
+    node_e2e.wait_for(
+        lambda: any(
+            (e.get("reason"), e.get("type")) == ("WorkersUnreachable", "Warning") for e in node_e2e.events(name)
+        ),
+        "a Warning event WorkersUnreachable",
+        30,
+        name,
+    )
     # The launcher Job is suspended (its pod goes) and cleanPodPolicy Running removes the workers.
     node_e2e.wait_for(lambda: not node_e2e.launcher_pods(name), "launcher pods gone", 60, name)
     node_e2e.wait_for(lambda: not node_e2e.workers(name), "worker pods gone", 60, name)

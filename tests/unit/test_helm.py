@@ -95,7 +95,7 @@ def test_values():
     assert c["args"] == [
         "--lock-namespace=locks",
         "--monitoring-port=0",
-        "--threadiness=8",
+        "--threadiness=4",
         "--log-format=json",
         "--namespace=team-a",
         "--kube-api-qps=50",

@@ -49,6 +49,9 @@ rules:
   - level: Metadata
     userGroups: [system:serviceaccounts]
     verbs: [update, patch, delete, deletecollection]
+  - level: Metadata
+    resources: [{group: "", resources: [pods]}]
+    verbs: [delete, deletecollection]
   - level: None
 """
 
@@ -64,7 +67,8 @@ class ClusterSpec:
     node_capacity: dict[str, str] = attrs.field(factory=lambda: dict(DEFAULT_CAPACITY))
     startup_timeout: float = 120.0
     # kube-apiserver audit log (JSON lines, logs/audit.log): the writes of ServiceAccounts (creates with
-    # their body, other writes as metadata) and every Lease write with its body (who holds it, when)
+    # their body, other writes as metadata), pod deletes by anyone (metadata) and every Lease write with
+    # its body (who holds it, when)
     audit: bool = False
     # extra kube-apiserver flags (benchmarks: e.g. a small --max-requests-inflight to load it)
     apiserver_args: tuple[str, ...] = ()

@@ -85,6 +85,8 @@ class Outcome:
     key: ObjectKey
     result: Done
     object: dict[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
+    # the answer's uid, kept when ``object`` is handed to ``on_done`` and dropped
+    uid: str = attrs.field(default="", eq=False, repr=False)
 
 
 @attrs.frozen
@@ -334,7 +336,8 @@ class _Run:
     def _finish(self, outcome: Outcome) -> None:
         if self.on_done is not None and outcome.object is not None:
             self.on_done(outcome)
-            outcome = Outcome(outcome.key, outcome.result)
+            uid = (outcome.object.get("metadata") or {}).get("uid")
+            outcome = Outcome(outcome.key, outcome.result, uid=uid if isinstance(uid, str) else "")
         self.done.append(outcome)
 
     def _fail(

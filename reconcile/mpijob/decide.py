@@ -184,7 +184,7 @@ def decide(
         assert since is not None
         the_plan = Plan()  # the sync the queue hands out at the hold's end writes it
         hostfile_wake = window - (now - since).total_seconds() + _SLACK
-    the_plan, held_for = recreate.hold(memory.created, the_plan, now)
+    the_plan, held_for = recreate.hold(memory.created, the_plan, now, _failed_uids(memory))
     recreate_wake = None if held_for is None else held_for + _SLACK
     status, memory = settle_status(job, mpijob, known, memory, now, observed)
     return Decision(
@@ -271,8 +271,13 @@ def remember(memory: JobMemory, the_plan: Plan, result: ExecResult, now: datetim
         # A create met an existing object: the next syncs read who holds the name.
         settled = {o.key for o in result.done} | {f.key for f in result.failures}
         taken = taken | {(c.key.kind, c.key.name) for c in the_plan.creates if c.key not in settled}
-    created = recreate.record(memory.created, result, now)
+    created = recreate.record(memory.created, result, now, _failed_uids(memory))
     return attrs.evolve(memory, create_failure=refused, taken=taken, created=created)
+
+
+def _failed_uids(memory: JobMemory) -> frozenset[str]:
+    """The failed worker pods counted: their replacements wait out the failure back-off instead."""
+    return frozenset(r.pod_uid for r in memory.worker_failures if r.pod_uid)
 
 
 def _observed(children: Sequence[Mapping[str, Any]], memory: JobMemory, now: datetime) -> render.Observed:

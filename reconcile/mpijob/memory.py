@@ -39,8 +39,8 @@ class JobMemory:
     # back-off before a failed worker is replaced, and the bound that fails the job. A replacement pod
     # carries its index's count (an annotation), so a restarted operator goes on from it.
     worker_failures: tuple[WorkerFailure, ...] = ()
-    # The children this operator created (how often, when last): those someone else keeps deleting are
-    # created again with back-off (recreate.py).
+    # The children this operator created (how often, when last, the last one's uid): those someone else
+    # keeps deleting, worker pods among them, are created again with back-off (recreate.py).
     created: tuple[Created, ...] = ()
     # The MPIJob as parsed at its resourceVersion (parsing and validating is pure: the same version parses
     # the same), and the children the last plan found converged (reconcile.engine.plan.Plan.converged).

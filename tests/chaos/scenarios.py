@@ -321,6 +321,7 @@ def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50,
             if e.get("verb") == "delete"
             and (e.get("objectRef") or {}).get("resource") == "pods"
             and (e.get("objectRef") or {}).get("namespace") == crash_ns
+            and "-worker-" in str((e.get("objectRef") or {}).get("name") or "")
             and identity_of(e) is None
         )
         holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
@@ -333,6 +334,7 @@ def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50,
             healthy_beside_crashing_s=round(beside_s, 1),
             crashing_all_failed_s=round(crash_done_s, 1),
             crashing_worker_creates_max=max(creates.values(), default=0),
+            crashing_worker_creates_mean=round(sum(creates.values()) / max(1, len(creates)), 2),
             crashing_worker_creates_total=sum(creates.values()),
             crashing_operator_writes=len(operator_writes(cc.audit(since), crash_ns)),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import os
 import subprocess
@@ -121,34 +122,36 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
 REAL_CPU = "500m"  # launcher + 2 workers must fit the machine's 2 CPUs
 
 
-def prepare_real_node() -> str:
-    """Everything the real node needs, built or installed once per machine (later runs take seconds).
-    Returns why the machine cannot run it ("" if it can)."""
+def prepare_real_node(images: tuple[str, ...]) -> str:
+    """Everything the real node needs to run images, built or installed once per machine (later runs
+    take seconds). Returns why the machine cannot run it ("" if it can)."""
     try:
         if os.geteuid() != 0:
             return "not root (the kubelet, containerd and the pod network need root)"
         subprocess.run([str(ROOT / "deploy" / "local" / "node-packages.sh")], check=True, stdout=sys.stderr)
         check_host()
-        say("real node: kubelet + CoreDNS (Go build, first run only) and the MPI images (Debian packages)")
+        what = f"kubelet + CoreDNS (Go build) and {', '.join(images)} (Debian packages)"
+        say(f"real node: {what}, built on the first run only")
         subprocess.run(
             [str(ROOT / "deploy" / "local" / "build.sh"), "--node"], check=True, stdout=subprocess.DEVNULL
         )
-        from localcluster.images.build import build_all
+        from localcluster.images.build import build_images
 
-        build_all()
+        build_images(images)
     except NodeUnavailable as err:
         return str(err)
     except subprocess.CalledProcessError as err:
         return f"{Path(str(err.cmd[0])).name} failed with exit {err.returncode}"
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         return f"{type(err).__name__}: {err}"
     return ""
 
 
 def on_real_node(job: dict) -> dict:
-    """The example as the real node can run it: the image built here, requests that fit 2 CPUs."""
+    """A copy of the example as the real node can run it: the image built here, requests that fit 2 CPUs."""
     from localcluster.images.build import image_names
 
+    job = copy.deepcopy(job)
     image = image_names()["openmpi-nonroot"]
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         pod = spec["template"]["spec"]
@@ -157,8 +160,21 @@ def on_real_node(job: dict) -> dict:
             c["image"] = image
             c["imagePullPolicy"] = "IfNotPresent"
             c["resources"] = {"limits": {"cpu": REAL_CPU, "memory": "512Mi"}}
-    say(f"on the real node: image {image} (built here from Debian packages), cpu limit {REAL_CPU} per pod")
     return job
+
+
+def job_images(job: dict) -> tuple[str, ...]:
+    """The images an MPIJob's pods run: what the real node must have."""
+    return tuple(
+        sorted(
+            {
+                c["image"]
+                for spec in job["spec"]["mpiReplicaSpecs"].values()
+                for key in ("initContainers", "containers")
+                for c in spec["template"]["spec"].get(key, [])
+            }
+        )
+    )
 
 
 def print_launcher_output(api: client.ApiClient, name: str, namespace: str) -> None:
@@ -221,15 +237,17 @@ def run() -> int:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
 
     tier = "l2"
+    job = load_example()
+    real_job = on_real_node(job)
     if not args.kwok:
-        why = prepare_real_node()
+        why = prepare_real_node(job_images(real_job))
         if why:
             say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
         else:
             tier = "real"
     if tier == "real":
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
-        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180)
+        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180, node_images=job_images(real_job))
     else:
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
         spec = ClusterSpec(tier="l2", nodes=2)
@@ -257,9 +275,10 @@ def run() -> int:
                     raise DemoError(f"{err}; see the API server log in {cluster.log_dir}") from err
             start_operator(cluster, detached=args.keep)
             started = True
-            job = load_example()
             if tier == "real":
-                job = on_real_node(job)
+                job = real_job
+                image = ", ".join(job_images(job))
+                say(f"on the real node: image {image} (built here), cpu limit {REAL_CPU} per pod")
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
             say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
             api = config.new_client_from_config(config_file=str(cluster.kubeconfig))

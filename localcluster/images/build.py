@@ -19,7 +19,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -30,7 +30,12 @@ from localcluster.images import oci
 IMAGES_DIR = REPO_ROOT / "deploy" / "local" / "images"
 SUITE = "bookworm"
 BASE_PACKAGES = ("openssh-server", "openssh-client")
-BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
+# pi.c is compiled once per MPI ABI ("flavour"); the MPICH build also serves Intel MPI's image.
+COMPILER_PACKAGES = ("gcc", "libc6-dev")
+PI_FLAVOURS: dict[str, tuple[str, ...]] = {
+    "openmpi": ("libopenmpi-dev", "openmpi-bin"),
+    "mpich": ("libmpich-dev", "mpich"),
+}
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
 # Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize can deadlock over TCP (one rank spins
@@ -176,6 +181,22 @@ def _run(argv: list[str], **kw: object) -> None:
     subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
 
 
+def _existing_link(link: str) -> bool:
+    if link.startswith("file://"):
+        return Path(link.removeprefix("file://")).exists()
+    return "://" in link or Path(link).exists()
+
+
+def host_pip_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the host's pip: PIP_FIND_LINKS without the locations that do not exist, for
+    each of which pip would warn on every call (as scripts/setup does)."""
+    env = dict(os.environ if environ is None else environ)
+    links = [link for link in env.pop("PIP_FIND_LINKS", "").split() if _existing_link(link)]
+    if links:
+        env["PIP_FIND_LINKS"] = " ".join(links)
+    return env
+
+
 # -- chroot builds over an overlay of the base ------------------------------------------------------
 _OVERLAY_SH = r"""
 set -eu
@@ -277,30 +298,36 @@ def _layer(path: Path) -> oci.Layer:
     return oci.Layer(path=path, digest=digest_file.read_text().strip(), size=path.stat().st_size)
 
 
-def build_pi(root: Path, base: Path) -> Path:
-    """pi.c compiled with Debian's Open MPI and MPICH in a throw-away builder chroot."""
-    key = _inputs_hash("pi", SUITE, BUILDER_PACKAGES)
+def _pi_key(flavours: tuple[str, ...]) -> str:
+    packages = COMPILER_PACKAGES + tuple(p for f in flavours for p in PI_FLAVOURS[f])
+    return _inputs_hash("pi", SUITE, packages)
+
+
+def build_pi(root: Path, base: Path, flavours: Collection[str] = tuple(PI_FLAVOURS)) -> Path:
+    """pi.c compiled with Debian's Open MPI and/or MPICH in a throw-away builder chroot. A build of
+    every flavour serves any subset, so a machine that built them all builds nothing more."""
+    wanted = tuple(f for f in PI_FLAVOURS if f in flavours)
+    every = tuple(PI_FLAVOURS)
+    if wanted != every and (root / f"pi-{_pi_key(every)}" / ".complete").exists():
+        return root / f"pi-{_pi_key(every)}"
+    key = _pi_key(wanted)
     out = root / f"pi-{key}"
     with _locked(root / f"pi-{key}.lock"):
         if not (out / ".complete").exists():
             began = time.monotonic()
-            log("pi program (builder chroot with gcc, Open MPI and MPICH; ~2 min cold)")
+            names = " and ".join({"openmpi": "Open MPI", "mpich": "MPICH"}[f] for f in wanted)
+            log(f"pi program (builder chroot with gcc and {names}; ~2 min cold)")
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".pi-"))
             upper, inp = stage / "upper", stage / "input"
             upper.mkdir()
             inp.mkdir()
             shutil.copy(IMAGES_DIR / "pi.c", inp / "pi.c")
-            _chroot_build(
-                base,
-                upper,
-                inp,
-                _apt_script(BUILDER_PACKAGES)
-                + "mpicc.openmpi -O2 -o /tmp/build/pi-openmpi /tmp/build/pi.c\n"
-                + "mpicc.mpich -O2 -o /tmp/build/pi-mpich /tmp/build/pi.c\n",
-            )
+            packages = COMPILER_PACKAGES + tuple(p for f in wanted for p in PI_FLAVOURS[f])
+            compile_lines = "".join(f"mpicc.{f} -O2 -o /tmp/build/pi-{f} /tmp/build/pi.c\n" for f in wanted)
+            _chroot_build(base, upper, inp, _apt_script(packages) + compile_lines)
             out.mkdir(exist_ok=True)
-            for impl in ("openmpi", "mpich"):
-                shutil.copy(inp / f"pi-{impl}", out / f"pi-{impl}")
+            for f in wanted:
+                shutil.copy(inp / f"pi-{f}", out / f"pi-{f}")
             shutil.rmtree(stage)
             (out / ".complete").touch()
             log(f"pi built in {time.monotonic() - began:.0f}s")
@@ -314,6 +341,7 @@ def _wheel_tree(requirement: str, dest: Path) -> None:
         _run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
             stdout=subprocess.DEVNULL,
+            env=host_pip_env(),
         )
         (wheel,) = Path(tmp).glob("*.whl")
         seen: dict[str, Path] = {}
@@ -421,7 +449,9 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
             # offline from those wheels.
             pip = [sys.executable, "-m", "pip"]
             _run(
-                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)], stdout=subprocess.DEVNULL
+                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)],
+                stdout=subprocess.DEVNULL,
+                env=host_pip_env(),
             )
             (wheel,) = inp.glob("*.whl")
             _run(
@@ -437,6 +467,7 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
                     str(wheel),
                 ],
                 stdout=subprocess.DEVNULL,
+                env=host_pip_env(),
             )
             script = _apt_script(("python3", "python3-venv")) + (
                 "python3 -m venv /opt/mpijob-operator\n"
@@ -472,14 +503,33 @@ def archive_digest(archive: Path) -> str:
     return (archive.parent / "digest").read_text().strip()
 
 
-def build_all(root: Path | None = None) -> dict[str, Path]:
-    """Build (or find in the cache) every image; returns image name -> archive."""
+def all_images() -> tuple[str, ...]:
+    """Every image build_images makes besides the pause image."""
+    return (*(r.name for r in RECIPES.values()), OPERATOR_IMAGE)
+
+
+def build_images(names: Iterable[str] | None = None, root: Path | None = None) -> dict[str, Path]:
+    """Build (or find in the cache) the pause image and the named images (None: every image); returns
+    image name -> archive. Only what the named images need is built (the base, pi for their MPI ABIs)."""
+    wanted = set(all_images() if names is None else names) - {PAUSE_IMAGE}
+    if unknown := wanted - set(all_images()):
+        raise ValueError(f"no recipe builds {', '.join(sorted(unknown))} (known: {', '.join(all_images())})")
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     archives = {PAUSE_IMAGE: build_pause(root)}
+    if not wanted:
+        return archives
     base, base_layer = build_base(root)
-    pi_dir = build_pi(root, base)
-    for impl, recipe in RECIPES.items():
-        archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
-    archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
+    recipes = {impl: r for impl, r in RECIPES.items() if r.name in wanted}
+    if recipes:
+        pi_dir = build_pi(root, base, {r.pi for r in recipes.values()})
+        for impl, recipe in recipes.items():
+            archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
+    if OPERATOR_IMAGE in wanted:
+        archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
     return archives
+
+
+def build_all(root: Path | None = None) -> dict[str, Path]:
+    """Build (or find in the cache) every image; returns image name -> archive."""
+    return build_images(None, root)

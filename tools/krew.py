@@ -115,7 +115,19 @@ def fill(template: str, *, version: str, homepage: str, base_url: str, sha256: d
         labels = p["selector"]["matchLabels"]
         p["uri"] = p["uri"].format(base_url=base_url.rstrip("/"), version=version)
         p["sha256"] = sha256[f"{labels['os']}/{labels['arch']}"]
-    return yaml.safe_dump(doc, sort_keys=False, width=110)
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the description) as literal blocks, as in the template."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
 
 
 def template_platforms(template: str) -> list[str]:

@@ -181,6 +181,17 @@ def _run(argv: list[str], **kw: object) -> None:
     subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
 
 
+def _run_quiet(argv: list[str], out: Path) -> None:
+    """Run with its output in a file (debootstrap's progress: hundreds of lines); a failure raises with
+    the error and warning lines and the file's path."""
+    with out.open("w") as f:
+        code = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+    if code:
+        lines = out.read_text(errors="replace").splitlines()
+        said = [line for line in lines if line.startswith(("E:", "W:"))] or lines[-5:]
+        raise RuntimeError(f"{argv[0]} failed with exit {code}: {' | '.join(said[-5:])} (all of it: {out})")
+
+
 def _existing_link(link: str) -> bool:
     if link.startswith("file://"):
         return Path(link.removeprefix("file://")).exists()
@@ -268,7 +279,7 @@ def build_base(root: Path) -> tuple[Path, oci.Layer]:
             shutil.rmtree(out, ignore_errors=True)
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".base-"))
             rootfs = stage / "rootfs"
-            _run(
+            _run_quiet(
                 [
                     "debootstrap",
                     "--variant=minbase",
@@ -277,7 +288,7 @@ def build_base(root: Path) -> tuple[Path, oci.Layer]:
                     str(rootfs),
                     mirror(),
                 ],
-                stdout=subprocess.DEVNULL,
+                stage / "debootstrap.out",
             )
             shutil.copy(IMAGES_DIR / "base.sh", rootfs / "base.sh")
             chroot_env = {"PATH": SYSTEM_PATH, "LC_ALL": "C"}

@@ -224,3 +224,13 @@ def test_host_pip_env_keeps_what_exists(tmp_path: Path) -> None:
     )
     assert env == {"PIP_FIND_LINKS": f"{tmp_path} https://x.example/w", "A": "1"}
     assert build.host_pip_env({"PIP_FIND_LINKS": "/nonexistent/wheels"}) == {}
+
+
+def test_debootstraps_progress_goes_to_a_file_and_its_errors_into_the_failure(tmp_path: Path) -> None:
+    out = tmp_path / "debootstrap.out"
+    build._run_quiet(["sh", "-c", "echo 'I: Retrieving InRelease'"], out)
+    assert out.read_text() == "I: Retrieving InRelease\n"
+    script = "echo 'I: Retrieving'; echo 'W: no mirror'; echo 'E: cannot fetch' >&2; exit 3"
+    with pytest.raises(RuntimeError, match=r"sh failed with exit 3: W: no mirror \| E: cannot fetch") as err:
+        build._run_quiet(["sh", "-c", script], out)
+    assert str(out) in str(err.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import copy
 import hashlib
 import os
@@ -122,19 +123,24 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
 REAL_CPU = "500m"  # launcher + 2 workers must fit the machine's 2 CPUs
 
 
+BUILD_SH = ROOT / "deploy" / "local" / "build.sh"
+
+
+def go_builds(parts: tuple[str, ...]) -> str:
+    """deploy/local/build.sh for each part in turn (Go builds, cached per machine; progress on stderr).
+    Returns the part that failed ("" if none did)."""
+    for part in parts:
+        if subprocess.run([str(BUILD_SH), part], stdout=subprocess.DEVNULL, check=False).returncode:
+            return part
+    return ""
+
+
 def prepare_real_node(images: tuple[str, ...]) -> str:
-    """Everything the real node needs to run images, built or installed once per machine (later runs
-    take seconds). Returns why the machine cannot run it ("" if it can)."""
+    """The real node's Debian packages and the images it runs, built or installed once per machine (later
+    runs take seconds). Returns why the machine cannot run it ("" if it can)."""
     try:
-        if os.geteuid() != 0:
-            return "not root (the kubelet, containerd and the pod network need root)"
         subprocess.run([str(ROOT / "deploy" / "local" / "node-packages.sh")], check=True, stdout=sys.stderr)
         check_host()
-        what = f"kubelet + CoreDNS (Go build) and {', '.join(images)} (Debian packages)"
-        say(f"real node: {what}, built on the first run only")
-        subprocess.run(
-            [str(ROOT / "deploy" / "local" / "build.sh"), "--node"], check=True, stdout=subprocess.DEVNULL
-        )
         from localcluster.images.build import build_images
 
         build_images(images)
@@ -145,6 +151,33 @@ def prepare_real_node(images: tuple[str, ...]) -> str:
     except (OSError, RuntimeError, ValueError) as err:
         return f"{type(err).__name__}: {err}"
     return ""
+
+
+def prepare(job: dict, *, kwok: bool) -> str:
+    """Everything the cluster needs, first run only: the Go builds (control plane; kubelet and CoreDNS for
+    a real node) run beside the real node's packages and images, which mostly wait on downloads. Returns
+    why there is no real node ("" if there is one)."""
+    why = "--kwok" if kwok else ""
+    if not why and os.geteuid() != 0:
+        why = "not root (the kubelet, containerd and the pod network need root)"
+    parts = ("--control-plane",) if why else ("--control-plane", "--node")
+    images = job_images(job)
+    building = (
+        "the control plane (Go)"
+        if why
+        else "the control plane, kubelet, CoreDNS (Go) and " + ", ".join(images)
+    )
+    say(f"{building}: built on the first run, cached after")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        go = pool.submit(go_builds, parts)
+        if not why:
+            why = prepare_real_node(images)
+        failed = go.result()
+    if failed == "--control-plane":
+        raise DemoError("building the control plane failed (build.sh's error is above)")
+    if failed and not why:
+        why = "building kubelet and CoreDNS failed (build.sh's error is above)"
+    return why
 
 
 def on_real_node(job: dict) -> dict:
@@ -239,12 +272,11 @@ def run() -> int:
     tier = "l2"
     job = load_example()
     real_job = on_real_node(job)
-    if not args.kwok:
-        why = prepare_real_node(job_images(real_job))
-        if why:
-            say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
-        else:
-            tier = "real"
+    why = prepare(real_job, kwok=args.kwok)
+    if not why:
+        tier = "real"
+    elif not args.kwok:
+        say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
     if tier == "real":
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
         spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180, node_images=job_images(real_job))

@@ -1,6 +1,7 @@
 """What scripts/demo builds on a fresh machine: the real node's images its example runs (no other MPI
-image, no operator image), the control plane without Kueue, helm or upstream's source, and pip without
-find-links locations that do not exist. No cluster, no build: the builders are replaced by recorders."""
+image, no operator image), the control plane and node binaries without Kueue, helm or upstream's source,
+and pip without find-links locations that do not exist. No cluster, no build: the builders are replaced
+by recorders."""
 
 from __future__ import annotations
 
@@ -119,23 +120,56 @@ def test_pi_of_every_flavour_serves_one(tmp_path: Path, monkeypatch: pytest.Monk
     assert build._pi_key(("openmpi",)) != build._pi_key(tuple(build.PI_FLAVOURS))
 
 
-def test_prepare_real_node_builds_the_demo_image_only(
-    monkeypatch: pytest.MonkeyPatch, recorded: dict[str, list[Any]]
-) -> None:
+@pytest.fixture
+def commands(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[list[str]]]:
+    """The demo script with subprocess.run recording (and succeeding) and a host fit for a real node."""
     demo = load_demo()
-    commands: list[list[str]] = []
+    ran: list[list[str]] = []
 
     def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-        commands.append([Path(argv[0]).name, *argv[1:]])
+        ran.append([Path(argv[0]).name, *argv[1:]])
         return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(demo.os, "geteuid", lambda: 0)
     monkeypatch.setattr(demo.subprocess, "run", run)
     monkeypatch.setattr(demo, "check_host", lambda: None)
-    images = demo.job_images(demo.on_real_node(demo.load_example()))
-    assert demo.prepare_real_node(images) == ""
-    assert commands == [["node-packages.sh"], ["build.sh", "--node"]]
+    return demo, ran
+
+
+def test_the_demo_prepares_its_image_only(
+    commands: tuple[ModuleType, list[list[str]]], recorded: dict[str, list[Any]]
+) -> None:
+    demo, ran = commands
+    job = demo.on_real_node(demo.load_example())
+    assert demo.prepare(job, kwok=False) == ""
+    # Go builds of the control plane and the node, no Kueue, helm or upstream's source (build.sh without
+    # a part builds Kueue too).
+    assert sorted(ran) == [["build.sh", "--control-plane"], ["build.sh", "--node"], ["node-packages.sh"]]
     assert recorded["image"] == ["openmpi"] and recorded["operator"] == []
+    assert recorded["pi"] == [{"openmpi"}]
+
+
+def test_the_kwok_demo_builds_the_control_plane_only(
+    commands: tuple[ModuleType, list[list[str]]], recorded: dict[str, list[Any]]
+) -> None:
+    demo, ran = commands
+    assert demo.prepare(demo.on_real_node(demo.load_example()), kwok=True) == "--kwok"
+    assert ran == [["build.sh", "--control-plane"]]
+    assert recorded["pause"] == []
+
+
+def test_a_failed_node_build_falls_back_and_a_failed_control_plane_stops(
+    commands: tuple[ModuleType, list[list[str]]],
+    recorded: dict[str, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    demo, _ = commands
+    job = demo.on_real_node(demo.load_example())
+    monkeypatch.setattr(demo, "go_builds", lambda parts: "--node")
+    assert "kubelet and CoreDNS" in demo.prepare(job, kwok=False)
+    monkeypatch.setattr(demo, "go_builds", lambda parts: "--control-plane")
+    with pytest.raises(demo.DemoError, match="control plane"):
+        demo.prepare(job, kwok=False)
 
 
 def test_the_real_node_builds_the_images_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,11 +218,9 @@ def run_setup(tmp_path: Path, find_links: str | None, *args: str) -> list[str]:
     return (tmp_path / "calls").read_text().splitlines()
 
 
-def test_setup_for_the_demo_builds_only_the_control_plane(tmp_path: Path) -> None:
+def test_setup_for_the_demo_sets_up_python_only(tmp_path: Path) -> None:
     calls = run_setup(tmp_path, None, "--demo")
-    assert [c for c in calls if not c.startswith("bin/python -m pip")] == [
-        "local/build.sh --control-plane | unset"
-    ]
+    assert calls and all(c.startswith("bin/python -m pip") for c in calls)
 
 
 def test_setup_without_demo_builds_the_test_tiers(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def cache_root() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mpijob-operator" / "images"
+    # An empty XDG_CACHE_HOME means the default, as for build.sh (${XDG_CACHE_HOME:-...}).
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpijob-operator" / "images"
     return Path(os.environ.get("MPIJOB_IMAGES_CACHE", default))
 
 

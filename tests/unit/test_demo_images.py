@@ -266,3 +266,12 @@ def test_debootstraps_progress_goes_to_a_file_and_its_errors_into_the_failure(tm
     with pytest.raises(RuntimeError, match=r"sh failed with exit 3: W: no mirror \| E: cannot fetch") as err:
         build._run_quiet(["sh", "-c", script], out)
     assert str(out) in str(err.value)
+
+
+def test_an_empty_xdg_cache_home_means_the_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MPIJOB_IMAGES_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert build.cache_root() == tmp_path / ".cache" / "mpijob-operator" / "images"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build.cache_root() == tmp_path / "xdg" / "mpijob-operator" / "images"

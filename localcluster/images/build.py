@@ -310,9 +310,12 @@ def _layer(path: Path) -> oci.Layer:
     return oci.Layer(path=path, digest=digest_file.read_text().strip(), size=path.stat().st_size)
 
 
+def _pi_packages(flavours: tuple[str, ...]) -> tuple[str, ...]:
+    return COMPILER_PACKAGES + tuple(p for f in flavours for p in PI_FLAVOURS[f])
+
+
 def _pi_key(flavours: tuple[str, ...]) -> str:
-    packages = COMPILER_PACKAGES + tuple(p for f in flavours for p in PI_FLAVOURS[f])
-    return _inputs_hash("pi", SUITE, packages)
+    return _inputs_hash("pi", SUITE, _pi_packages(flavours))
 
 
 def build_pi(root: Path, base: Path, flavours: Collection[str] = tuple(PI_FLAVOURS)) -> Path:
@@ -334,9 +337,8 @@ def build_pi(root: Path, base: Path, flavours: Collection[str] = tuple(PI_FLAVOU
             upper.mkdir()
             inp.mkdir()
             shutil.copy(IMAGES_DIR / "pi.c", inp / "pi.c")
-            packages = COMPILER_PACKAGES + tuple(p for f in wanted for p in PI_FLAVOURS[f])
             compile_lines = "".join(f"mpicc.{f} -O2 -o /tmp/build/pi-{f} /tmp/build/pi.c\n" for f in wanted)
-            _chroot_build(base, upper, inp, _apt_script(packages) + compile_lines)
+            _chroot_build(base, upper, inp, _apt_script(_pi_packages(wanted)) + compile_lines)
             out.mkdir(exist_ok=True)
             for f in wanted:
                 shutil.copy(inp / f"pi-{f}", out / f"pi-{f}")

@@ -72,6 +72,8 @@ class ClusterSpec:
     audit: bool = False
     # extra kube-apiserver flags (benchmarks: e.g. a small --max-requests-inflight to load it)
     apiserver_args: tuple[str, ...] = ()
+    # the images the real node gets (tier "real"; None: every image localcluster.images builds)
+    node_images: tuple[str, ...] | None = None
 
 
 _live: set[LocalCluster] = set()
@@ -151,7 +153,7 @@ class LocalCluster:
                 from localcluster.realnode import RealNode
 
                 self.write_state()  # a crash from here on can be cleaned up with `down`
-                RealNode(self).start()
+                RealNode(self, images=self.spec.node_images).start()
             self.write_state()
         except BaseException:
             self.stop(keep_logs=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import copy
 import hashlib
 import os
 import subprocess
@@ -121,34 +123,68 @@ def follow(api: client.ApiClient, name: str, namespace: str, timeout: float) -> 
 REAL_CPU = "500m"  # launcher + 2 workers must fit the machine's 2 CPUs
 
 
-def prepare_real_node() -> str:
-    """Everything the real node needs, built or installed once per machine (later runs take seconds).
-    Returns why the machine cannot run it ("" if it can)."""
+BUILD_SH = ROOT / "deploy" / "local" / "build.sh"
+
+
+def go_builds(parts: tuple[str, ...]) -> str:
+    """deploy/local/build.sh for each part in turn (Go builds, cached per machine; progress on stderr).
+    Returns the part that failed ("" if none did)."""
+    for part in parts:
+        if subprocess.run([str(BUILD_SH), part], stdout=subprocess.DEVNULL, check=False).returncode:
+            return part
+    return ""
+
+
+def prepare_real_node(images: tuple[str, ...]) -> str:
+    """The real node's Debian packages and the images it runs, built or installed once per machine (later
+    runs take seconds). Returns why the machine cannot run it ("" if it can)."""
     try:
-        if os.geteuid() != 0:
-            return "not root (the kubelet, containerd and the pod network need root)"
         subprocess.run([str(ROOT / "deploy" / "local" / "node-packages.sh")], check=True, stdout=sys.stderr)
         check_host()
-        say("real node: kubelet + CoreDNS (Go build, first run only) and the MPI images (Debian packages)")
-        subprocess.run(
-            [str(ROOT / "deploy" / "local" / "build.sh"), "--node"], check=True, stdout=subprocess.DEVNULL
-        )
-        from localcluster.images.build import build_all
+        from localcluster.images.build import build_images
 
-        build_all()
+        build_images(images)
     except NodeUnavailable as err:
         return str(err)
     except subprocess.CalledProcessError as err:
         return f"{Path(str(err.cmd[0])).name} failed with exit {err.returncode}"
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         return f"{type(err).__name__}: {err}"
     return ""
 
 
+def prepare(job: dict, *, kwok: bool) -> str:
+    """Everything the cluster needs, first run only: the Go builds (control plane; kubelet and CoreDNS for
+    a real node) run beside the real node's packages and images, which mostly wait on downloads. Returns
+    why there is no real node ("" if there is one)."""
+    why = "--kwok" if kwok else ""
+    if not why and os.geteuid() != 0:
+        why = "not root (the kubelet, containerd and the pod network need root)"
+    parts = ("--control-plane",) if why else ("--control-plane", "--node")
+    images = job_images(job)
+    building = (
+        "the control plane (Go)"
+        if why
+        else "the control plane, kubelet, CoreDNS (Go) and " + ", ".join(images)
+    )
+    say(f"{building}: built on the first run, cached after")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        go = pool.submit(go_builds, parts)
+        if not why:
+            why = prepare_real_node(images)
+        failed = go.result()
+    if failed == "--control-plane":
+        raise DemoError("building the control plane failed (build.sh's error is above)")
+    if failed and not why:
+        why = "building kubelet and CoreDNS failed (build.sh's error is above)"
+    return why
+
+
 def on_real_node(job: dict) -> dict:
-    """The example as the real node can run it: the image built here, requests that fit 2 CPUs."""
+    """A copy of the example as the real node can run it: the image built here, requests that fit 2 CPUs."""
     from localcluster.images.build import image_names
 
+    job = copy.deepcopy(job)
     image = image_names()["openmpi-nonroot"]
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         pod = spec["template"]["spec"]
@@ -157,8 +193,21 @@ def on_real_node(job: dict) -> dict:
             c["image"] = image
             c["imagePullPolicy"] = "IfNotPresent"
             c["resources"] = {"limits": {"cpu": REAL_CPU, "memory": "512Mi"}}
-    say(f"on the real node: image {image} (built here from Debian packages), cpu limit {REAL_CPU} per pod")
     return job
+
+
+def job_images(job: dict) -> tuple[str, ...]:
+    """The images an MPIJob's pods run: what the real node must have."""
+    return tuple(
+        sorted(
+            {
+                c["image"]
+                for spec in job["spec"]["mpiReplicaSpecs"].values()
+                for key in ("initContainers", "containers")
+                for c in spec["template"]["spec"].get(key, [])
+            }
+        )
+    )
 
 
 def print_launcher_output(api: client.ApiClient, name: str, namespace: str) -> None:
@@ -221,15 +270,16 @@ def run() -> int:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
 
     tier = "l2"
-    if not args.kwok:
-        why = prepare_real_node()
-        if why:
-            say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
-        else:
-            tier = "real"
+    job = load_example()
+    real_job = on_real_node(job)
+    why = prepare(real_job, kwok=args.kwok)
+    if not why:
+        tier = "real"
+    elif not args.kwok:
+        say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
     if tier == "real":
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
-        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180)
+        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180, node_images=job_images(real_job))
     else:
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
         spec = ClusterSpec(tier="l2", nodes=2)
@@ -257,9 +307,10 @@ def run() -> int:
                     raise DemoError(f"{err}; see the API server log in {cluster.log_dir}") from err
             start_operator(cluster, detached=args.keep)
             started = True
-            job = load_example()
             if tier == "real":
-                job = on_real_node(job)
+                job = real_job
+                image = ", ".join(job_images(job))
+                say(f"on the real node: image {image} (built here), cpu limit {REAL_CPU} per pod")
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
             say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
             api = config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -17,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "==> apt-get install ${missing[*]} (Debian packages for the real node)"
-export DEBIAN_FRONTEND=noninteractive
+export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes  # no "delaying package configuration" notes
 apt-get update -qq
 # policy-rc.d: the packages' maintainer scripts must not start a machine-wide containerd.
 policy=/usr/sbin/policy-rc.d

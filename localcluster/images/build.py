@@ -19,7 +19,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -30,7 +30,12 @@ from localcluster.images import oci
 IMAGES_DIR = REPO_ROOT / "deploy" / "local" / "images"
 SUITE = "bookworm"
 BASE_PACKAGES = ("openssh-server", "openssh-client")
-BUILDER_PACKAGES = ("gcc", "libc6-dev", "libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich")
+# pi.c is compiled once per MPI ABI ("flavour"); the MPICH build also serves Intel MPI's image.
+COMPILER_PACKAGES = ("gcc", "libc6-dev")
+PI_FLAVOURS: dict[str, tuple[str, ...]] = {
+    "openmpi": ("libopenmpi-dev", "openmpi-bin"),
+    "mpich": ("libmpich-dev", "mpich"),
+}
 IMPI_REQUIREMENT = "impi-rt==2021.18.1"  # the last release that bundles libfabric in its wheel
 IMPI_PREFIX = "/opt/intel/mpi"
 # Not Debian 12's MPICH 4.0.2: built for UCX only, its MPI_Finalize can deadlock over TCP (one rank spins
@@ -57,7 +62,8 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def cache_root() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mpijob-operator" / "images"
+    # An empty XDG_CACHE_HOME means the default, as for build.sh (${XDG_CACHE_HOME:-...}).
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpijob-operator" / "images"
     return Path(os.environ.get("MPIJOB_IMAGES_CACHE", default))
 
 
@@ -176,6 +182,33 @@ def _run(argv: list[str], **kw: object) -> None:
     subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
 
 
+def _run_quiet(argv: list[str], out: Path) -> None:
+    """Run with its output in a file (debootstrap's progress: hundreds of lines); a failure raises with
+    the error and warning lines and the file's path."""
+    with out.open("w") as f:
+        code = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+    if code:
+        lines = out.read_text(errors="replace").splitlines()
+        said = [line for line in lines if line.startswith(("E:", "W:"))] or lines[-5:]
+        raise RuntimeError(f"{argv[0]} failed with exit {code}: {' | '.join(said[-5:])} (all of it: {out})")
+
+
+def _existing_link(link: str) -> bool:
+    if link.startswith("file://"):
+        return Path(link.removeprefix("file://")).exists()
+    return "://" in link or Path(link).exists()
+
+
+def host_pip_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the host's pip: PIP_FIND_LINKS without the locations that do not exist, for
+    each of which pip would warn on every call (as scripts/setup does)."""
+    env = dict(os.environ if environ is None else environ)
+    links = [link for link in env.pop("PIP_FIND_LINKS", "").split() if _existing_link(link)]
+    if links:
+        env["PIP_FIND_LINKS"] = " ".join(links)
+    return env
+
+
 # -- chroot builds over an overlay of the base ------------------------------------------------------
 _OVERLAY_SH = r"""
 set -eu
@@ -247,7 +280,7 @@ def build_base(root: Path) -> tuple[Path, oci.Layer]:
             shutil.rmtree(out, ignore_errors=True)
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".base-"))
             rootfs = stage / "rootfs"
-            _run(
+            _run_quiet(
                 [
                     "debootstrap",
                     "--variant=minbase",
@@ -256,7 +289,7 @@ def build_base(root: Path) -> tuple[Path, oci.Layer]:
                     str(rootfs),
                     mirror(),
                 ],
-                stdout=subprocess.DEVNULL,
+                stage / "debootstrap.out",
             )
             shutil.copy(IMAGES_DIR / "base.sh", rootfs / "base.sh")
             chroot_env = {"PATH": SYSTEM_PATH, "LC_ALL": "C"}
@@ -277,30 +310,38 @@ def _layer(path: Path) -> oci.Layer:
     return oci.Layer(path=path, digest=digest_file.read_text().strip(), size=path.stat().st_size)
 
 
-def build_pi(root: Path, base: Path) -> Path:
-    """pi.c compiled with Debian's Open MPI and MPICH in a throw-away builder chroot."""
-    key = _inputs_hash("pi", SUITE, BUILDER_PACKAGES)
+def _pi_packages(flavours: tuple[str, ...]) -> tuple[str, ...]:
+    return COMPILER_PACKAGES + tuple(p for f in flavours for p in PI_FLAVOURS[f])
+
+
+def _pi_key(flavours: tuple[str, ...]) -> str:
+    return _inputs_hash("pi", SUITE, _pi_packages(flavours))
+
+
+def build_pi(root: Path, base: Path, flavours: Collection[str] = tuple(PI_FLAVOURS)) -> Path:
+    """pi.c compiled with Debian's Open MPI and/or MPICH in a throw-away builder chroot. A build of
+    every flavour serves any subset, so a machine that built them all builds nothing more."""
+    wanted = tuple(f for f in PI_FLAVOURS if f in flavours)
+    every = tuple(PI_FLAVOURS)
+    if wanted != every and (root / f"pi-{_pi_key(every)}" / ".complete").exists():
+        return root / f"pi-{_pi_key(every)}"
+    key = _pi_key(wanted)
     out = root / f"pi-{key}"
     with _locked(root / f"pi-{key}.lock"):
         if not (out / ".complete").exists():
             began = time.monotonic()
-            log("pi program (builder chroot with gcc, Open MPI and MPICH; ~2 min cold)")
+            names = " and ".join({"openmpi": "Open MPI", "mpich": "MPICH"}[f] for f in wanted)
+            log(f"pi program (builder chroot with gcc and {names}; ~2 min cold)")
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".pi-"))
             upper, inp = stage / "upper", stage / "input"
             upper.mkdir()
             inp.mkdir()
             shutil.copy(IMAGES_DIR / "pi.c", inp / "pi.c")
-            _chroot_build(
-                base,
-                upper,
-                inp,
-                _apt_script(BUILDER_PACKAGES)
-                + "mpicc.openmpi -O2 -o /tmp/build/pi-openmpi /tmp/build/pi.c\n"
-                + "mpicc.mpich -O2 -o /tmp/build/pi-mpich /tmp/build/pi.c\n",
-            )
+            compile_lines = "".join(f"mpicc.{f} -O2 -o /tmp/build/pi-{f} /tmp/build/pi.c\n" for f in wanted)
+            _chroot_build(base, upper, inp, _apt_script(_pi_packages(wanted)) + compile_lines)
             out.mkdir(exist_ok=True)
-            for impl in ("openmpi", "mpich"):
-                shutil.copy(inp / f"pi-{impl}", out / f"pi-{impl}")
+            for f in wanted:
+                shutil.copy(inp / f"pi-{f}", out / f"pi-{f}")
             shutil.rmtree(stage)
             (out / ".complete").touch()
             log(f"pi built in {time.monotonic() - began:.0f}s")
@@ -314,6 +355,7 @@ def _wheel_tree(requirement: str, dest: Path) -> None:
         _run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
             stdout=subprocess.DEVNULL,
+            env=host_pip_env(),
         )
         (wheel,) = Path(tmp).glob("*.whl")
         seen: dict[str, Path] = {}
@@ -421,7 +463,9 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
             # offline from those wheels.
             pip = [sys.executable, "-m", "pip"]
             _run(
-                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)], stdout=subprocess.DEVNULL
+                [*pip, "wheel", "-q", "--no-deps", "-w", str(inp), str(REPO_ROOT)],
+                stdout=subprocess.DEVNULL,
+                env=host_pip_env(),
             )
             (wheel,) = inp.glob("*.whl")
             _run(
@@ -437,6 +481,7 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
                     str(wheel),
                 ],
                 stdout=subprocess.DEVNULL,
+                env=host_pip_env(),
             )
             script = _apt_script(("python3", "python3-venv")) + (
                 "python3 -m venv /opt/mpijob-operator\n"
@@ -472,14 +517,33 @@ def archive_digest(archive: Path) -> str:
     return (archive.parent / "digest").read_text().strip()
 
 
-def build_all(root: Path | None = None) -> dict[str, Path]:
-    """Build (or find in the cache) every image; returns image name -> archive."""
+def all_images() -> tuple[str, ...]:
+    """Every image build_images makes besides the pause image."""
+    return (*(r.name for r in RECIPES.values()), OPERATOR_IMAGE)
+
+
+def build_images(names: Iterable[str] | None = None, root: Path | None = None) -> dict[str, Path]:
+    """Build (or find in the cache) the pause image and the named images (None: every image); returns
+    image name -> archive. Only what the named images need is built (the base, pi for their MPI ABIs)."""
+    wanted = set(all_images() if names is None else names) - {PAUSE_IMAGE}
+    if unknown := wanted - set(all_images()):
+        raise ValueError(f"no recipe builds {', '.join(sorted(unknown))} (known: {', '.join(all_images())})")
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     archives = {PAUSE_IMAGE: build_pause(root)}
+    if not wanted:
+        return archives
     base, base_layer = build_base(root)
-    pi_dir = build_pi(root, base)
-    for impl, recipe in RECIPES.items():
-        archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
-    archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
+    recipes = {impl: r for impl, r in RECIPES.items() if r.name in wanted}
+    if recipes:
+        pi_dir = build_pi(root, base, {r.pi for r in recipes.values()})
+        for impl, recipe in recipes.items():
+            archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
+    if OPERATOR_IMAGE in wanted:
+        archives[OPERATOR_IMAGE] = build_operator(root, base, base_layer)
     return archives
+
+
+def build_all(root: Path | None = None) -> dict[str, Path]:
+    """Build (or find in the cache) every image; returns image name -> archive."""
+    return build_images(None, root)

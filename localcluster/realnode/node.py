@@ -7,7 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -106,8 +106,9 @@ def _stop_entries(entries: list[dict]) -> None:
 
 
 class RealNode:
-    def __init__(self, cluster: NodeCluster) -> None:
+    def __init__(self, cluster: NodeCluster, images: Iterable[str] | None = None) -> None:
         self.cluster = cluster
+        self.images = None if images is None else tuple(images)  # None: every image
         self.node_bin: Path | None = None
 
     # -- start ------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ class RealNode:
         host.check_host()
         self.node_bin = find_node_bin_dir()
         began = time.monotonic()
-        archives = images.build_all()
+        archives = images.build_images(self.images)
         with host.machine_lock():
             owner = host.read_owner()
             if owner and (alive := _owner_procs_alive(owner)):

@@ -272,8 +272,13 @@ def format_unit(value: float, unit: str) -> str:
         return f"{si(value)} ops/s".replace("  ", " ")
     if unit == "reqps":
         return f"{si(value)} req/s".replace("  ", " ")
-    if unit == "bytes":
-        return f"{si(value)}B"
+    if unit == "bytes":  # Grafana's IEC bytes
+        for factor, suffix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= factor:
+                return f"{value / factor:.3g} {suffix}"
+        return f"{value:.3g} B"
+    if unit == "percentunit":
+        return f"{value * 100:.3g}%"
     return si(value)
 
 
@@ -374,6 +379,16 @@ def _num(t: float) -> float:
     return float(mdates.date2num(datetime.fromtimestamp(t, UTC)))
 
 
+def overrides(panel: Mapping[str, Any], ref: str) -> dict[str, Any]:
+    """The field properties a panel's overrides set for the target `ref` (`byFrameRefID` matchers)."""
+    out: dict[str, Any] = {}
+    for o in (panel.get("fieldConfig") or {}).get("overrides") or []:
+        matcher = o.get("matcher") or {}
+        if matcher.get("id") == "byFrameRefID" and matcher.get("options") == ref:
+            out.update({prop["id"]: prop.get("value") for prop in o.get("properties") or []})
+    return out
+
+
 def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], unit: str, w: Window) -> int:
     from matplotlib.ticker import FuncFormatter
 
@@ -381,25 +396,34 @@ def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], u
     bars = custom.get("drawStyle") == "bars"
     stacked = (custom.get("stacking") or {}).get("mode") == "normal"
     fill = float(custom.get("fillOpacity", 0)) / 100
-    series = [s for t in targets for s in t.series if s.has_data()]
-    if not series:
+    # (series, its axis: a unit and a side); an override may give a target its own unit on the right
+    drawn: list[tuple[Series, str, bool]] = []
+    for t in targets:
+        props = overrides(panel, t.ref)
+        right = props.get("custom.axisPlacement") == "right"
+        drawn += [(s, props.get("unit", unit), right) for s in t.series if s.has_data()]
+    if not drawn:
         return 0
+    axes = {False: ax}
+    if any(right for *_, right in drawn):
+        axes[True] = ax.twinx()
     width = w.step / 86400 * 0.8  # in days, matplotlib's date unit
     base: dict[float, float] = {}
-    for i, s in enumerate(series):
+    for i, (s, _, right) in enumerate(drawn):
+        on = axes[right]
         color = PALETTE[i % len(PALETTE)]
         xs = [_num(t) for t in s.times]
         if bars:
             ys = [v if math.isfinite(v) else 0.0 for v in s.values]
             bottoms = [base.get(t, 0.0) if stacked else 0.0 for t in s.times]
-            ax.bar(xs, ys, width=width, bottom=bottoms, color=color, alpha=max(fill, 0.3), label=s.legend)
+            on.bar(xs, ys, width=width, bottom=bottoms, color=color, alpha=max(fill, 0.3), label=s.legend)
             if stacked:
                 for t, y in zip(s.times, ys, strict=True):
                     base[t] = base.get(t, 0.0) + y
             continue
-        ax.plot(xs, s.values, color=color, linewidth=1.2, label=s.legend)
+        on.plot(xs, s.values, color=color, linewidth=1.2, label=s.legend)
         if fill:
-            ax.fill_between(xs, s.values, color=color, alpha=fill, linewidth=0)
+            on.fill_between(xs, s.values, color=color, alpha=fill, linewidth=0)
         lonely = [
             (x, v)
             for k, (x, v) in enumerate(zip(xs, s.values, strict=True))
@@ -408,20 +432,28 @@ def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], u
             and (k == len(xs) - 1 or not math.isfinite(s.values[k + 1]))
         ]
         if lonely:
-            ax.plot(*zip(*lonely, strict=True), "o", color=color, markersize=3)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_unit(v, unit)))
-    if all(v >= 0 for s in series for v in s.values if math.isfinite(v)):  # Grafana starts at 0 then
-        ax.set_ylim(bottom=0.0, top=max(ax.get_ylim()[1], 1e-9))
+            on.plot(*zip(*lonely, strict=True), "o", color=color, markersize=3)
+    for right, on in axes.items():
+        mine = [(s, u) for s, u, r in drawn if r == right]
+        if not mine:
+            continue
+        u = mine[0][1]
+        on.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, u=u: format_unit(v, u)))
+        on.tick_params(labelsize=7, colors="#464c54")
+        if all(v >= 0 for s, _ in mine for v in s.values if math.isfinite(v)):  # Grafana starts at 0 then
+            on.set_ylim(bottom=0.0, top=max(on.get_ylim()[1], 1e-9))
+    handles = [h for on in axes.values() for h in on.get_legend_handles_labels()[0]]
     ax.legend(
+        handles=handles,
         loc="upper left",
         bbox_to_anchor=(-0.1, -0.14),
-        ncol=min(4, len(series)),
+        ncol=min(4, len(drawn)),
         fontsize=6.5,
         frameon=False,
         handlelength=1.2,
         columnspacing=1.0,
     )
-    return len(series)
+    return len(drawn)
 
 
 def _heatmap(

@@ -288,7 +288,8 @@ build_prometheus() {
   src=$(go_mod_dir "github.com/prometheus/prometheus@$PROMETHEUS_VERSION")
   mkdir -p "$STAGE/bin"
   cd "$src"
-  go build -mod=readonly -trimpath -tags remove_all_sd \
+  # GOWORK=off: the module ships a go.work naming modules its zip leaves out.
+  GOWORK=off go build -mod=readonly -trimpath -tags remove_all_sd \
     -ldflags "-s -w -X $v.Version=$PROMETHEUS_VERSION -X $v.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)" \
     -o "$STAGE/bin/prometheus" ./cmd/prometheus
 }

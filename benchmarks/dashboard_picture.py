@@ -219,7 +219,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
         "window": {k: getattr(window, k) for k in ("start", "end", "step", "scrape_interval")},
         "heading": (
             f"deploy/grafana/mpijob-operator.json drawn by benchmarks/dashboard_picture.py (matplotlib) from "
-            f"the panels' own queries against Prometheus {version}, not by Grafana.\nReal node, {when} UTC: "
+            f"the panels' own queries against Prometheus (Go module {version}), not by Grafana.\nReal node, {when} UTC: "
             f"{len(lines)} MPIJobs ({sum('Succeeded' in x for x in lines)} succeeded, "
             f"{sum('Failed' in x for x in lines)} failed, one held suspended {args.held:g} s); scrape every "
             f"{window.scrape_interval:g} s, step {window.step:g} s, $__rate_interval "

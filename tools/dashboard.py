@@ -490,6 +490,8 @@ def _heatmap(
         linewidth=0.5,
     )
     labels = ["+Inf" if math.isinf(upper(s)) else format_unit(upper(s), unit) for s in buckets]
+    every = math.ceil(len(labels) / 9)  # as Grafana thins a crowded axis
+    labels = [x if k % every == 0 or k == len(labels) - 1 else "" for k, x in enumerate(labels)]
     ax.set_yticks(np.arange(len(buckets)) + 0.5, labels)
     ax.tick_params(axis="y", labelsize=6)
     bar = fig.colorbar(mesh, ax=ax, fraction=0.03, pad=0.01)

@@ -114,6 +114,17 @@ def test_the_heatmap_counts_per_bucket_and_legends_follow_the_format(picture):
     assert [t.get_text() for t in api.axes.get_legend().get_texts()] == ["GET 200"]
 
 
+def test_an_override_puts_a_target_on_its_own_axis_with_its_unit(picture):
+    _, drawn, _ = picture
+    mem = next(x for x in drawn if x.title == "Memory and CPU")
+    (twin,) = [a for a in mem.axes.get_shared_x_axes().get_siblings(mem.axes) if a is not mem.axes]
+    assert mem.axes.yaxis.get_major_formatter()(3 * 2**20, 0) == "3 MiB"  # the panel's unit, bytes
+    assert twin.yaxis.get_major_formatter()(0.5, 0) == "50%"  # target B's override: percentunit
+    assert len(mem.axes.lines) == 1 and len(twin.lines) == 1
+    legend = [t.get_text() for t in mem.axes.get_legend().get_texts()]
+    assert legend == ["RSS 127.0.0.1:1", "CPU 127.0.0.1:1"]
+
+
 def test_queries_are_sent_with_grafanas_variables():
     d = json.loads(dash.DASHBOARD.read_text())
     sent: list[str] = []

@@ -134,11 +134,24 @@ def run_jobs(e2e: E2E, held_seconds: float) -> list[str]:
     lines = []
 
     def finish(names: list[str], began: float) -> None:
-        for name in names:
-            job = e2e.wait_finished(name, JOB_TIMEOUT)
-            outcome = "Succeeded" if condition_is(job, "Succeeded") else "Failed"
-            lines.append(f"{name}: {outcome} after {time.monotonic() - began:.0f} s")
-            print(f"  {lines[-1]}", flush=True)
+        # all at once: the example's ttlSecondsAfterFinished deletes a finished job a minute later
+        waiting = set(names)
+        while waiting:
+            if time.monotonic() - began > JOB_TIMEOUT:
+                raise TimeoutError(f"not finished after {JOB_TIMEOUT:.0f} s: {sorted(waiting)}")
+            for name in sorted(waiting):
+                job = e2e.find(name)
+                if job is None:
+                    raise RuntimeError(f"MPIJob {name} is gone before it was seen finished")
+                if not (job.get("status") or {}).get("completionTime"):
+                    continue
+                outcome = next((c for c in ("Succeeded", "Failed") if condition_is(job, c)), None)
+                if outcome is None:
+                    continue
+                waiting.discard(name)
+                lines.append(f"{name}: {outcome} after {time.monotonic() - began:.0f} s")
+                print(f"  {lines[-1]}", flush=True)
+            time.sleep(1)
 
     first = wave_one()
     began = time.monotonic()
@@ -218,8 +231,9 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "window": {k: getattr(window, k) for k in ("start", "end", "step", "scrape_interval")},
         "heading": (
-            f"deploy/grafana/mpijob-operator.json drawn by benchmarks/dashboard_picture.py (matplotlib) from "
-            f"the panels' own queries against Prometheus (Go module {version}), not by Grafana.\nReal node, {when} UTC: "
+            "deploy/grafana/mpijob-operator.json drawn by benchmarks/dashboard_picture.py (matplotlib) "
+            f"from the panels' own queries against Prometheus (Go module {version}), not by Grafana.\n"
+            f"Real node, {when} UTC: "
             f"{len(lines)} MPIJobs ({sum('Succeeded' in x for x in lines)} succeeded, "
             f"{sum('Failed' in x for x in lines)} failed, one held suspended {args.held:g} s); scrape every "
             f"{window.scrape_interval:g} s, step {window.step:g} s, $__rate_interval "

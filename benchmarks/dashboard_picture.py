@@ -149,7 +149,7 @@ def run_jobs(e2e: E2E, held_seconds: float) -> list[str]:
                 if outcome is None:
                     continue
                 waiting.discard(name)
-                lines.append(f"{name}: {outcome} after {time.monotonic() - began:.0f} s")
+                lines.append(f"{name}: {outcome}, seen {time.monotonic() - began:.0f} s after its wave began")
                 print(f"  {lines[-1]}", flush=True)
             time.sleep(1)
 

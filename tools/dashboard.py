@@ -406,6 +406,8 @@ def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], u
         return 0
     axes = {False: ax}
     if any(right for *_, right in drawn):
+        box = ax.get_position()  # room for the right axis' labels inside the panel
+        ax.set_position((box.x0, box.y0, box.width * 0.9, box.height))
         axes[True] = ax.twinx()
     width = w.step / 86400 * 0.8  # in days, matplotlib's date unit
     base: dict[float, float] = {}
@@ -439,9 +441,16 @@ def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], u
             continue
         u = mine[0][1]
         on.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, u=u: format_unit(v, u)))
+        if u == "bytes":  # round numbers of KiB, MiB, GiB, as Grafana's
+            on.yaxis.set_major_locator(_binary_locator(on.get_ylim()[1]))
         on.tick_params(labelsize=7, colors="#464c54")
-        if all(v >= 0 for s, _ in mine for v in s.values if math.isfinite(v)):  # Grafana starts at 0 then
-            on.set_ylim(bottom=0.0, top=max(on.get_ylim()[1], 1e-9))
+        for spine in on.spines.values():
+            spine.set_color("#d8d9da")
+        finite = [v for s, _ in mine for v in s.values if math.isfinite(v)]
+        if bars and stacked:
+            finite.append(max(base.values(), default=0.0))
+        if min(finite) >= 0:  # Grafana starts at 0 then; headroom above the highest point
+            on.set_ylim(bottom=0.0, top=max(finite) * 1.1 or 1.0)
     handles = [h for on in axes.values() for h in on.get_legend_handles_labels()[0]]
     ax.legend(
         handles=handles,
@@ -454,6 +463,19 @@ def _timeseries(ax: Axes, panel: Mapping[str, Any], targets: Iterable[Target], u
         columnspacing=1.0,
     )
     return len(drawn)
+
+
+def _binary_locator(high: float) -> Any:
+    """Ticks at round multiples of the binary prefix that fits `high`."""
+    from matplotlib.ticker import MaxNLocator
+
+    scale = 1024 ** max(0, int(math.log(max(high, 1.0), 1024)))
+
+    class Binary(MaxNLocator):
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            return super().tick_values(vmin / scale, vmax / scale) * scale
+
+    return Binary(nbins=5)
 
 
 def _heatmap(
@@ -490,8 +512,8 @@ def _heatmap(
         linewidth=0.5,
     )
     labels = ["+Inf" if math.isinf(upper(s)) else format_unit(upper(s), unit) for s in buckets]
-    every = math.ceil(len(labels) / 9)  # as Grafana thins a crowded axis
-    labels = [x if k % every == 0 or k == len(labels) - 1 else "" for k, x in enumerate(labels)]
+    every = math.ceil(len(labels) / 9)  # as Grafana thins a crowded axis; +Inf, the top row, kept
+    labels = [x if (len(labels) - 1 - k) % every == 0 else "" for k, x in enumerate(labels)]
     ax.set_yticks(np.arange(len(buckets)) + 0.5, labels)
     ax.tick_params(axis="y", labelsize=6)
     bar = fig.colorbar(mesh, ax=ax, fraction=0.03, pad=0.01)

@@ -7,7 +7,7 @@ built here if missing: about 10 minutes once per machine) scraping the operator'
 `--scrape-interval` seconds. Then it runs real MPIJobs in one namespace:
 
   wave 1, at once: three Open MPI pi jobs; one whose program exits 3 (Failed, no retries); one whose
-          workers' sshd exits at start (Restarting, then Failed at backoffLimit 1); one submitted
+          workers' sshd exits at start (Restarting, then Failed at backoffLimit 2); one submitted
           suspended and resumed `--held` seconds later;
   wave 2, after wave 1 has finished: two more pi jobs;
 
@@ -121,7 +121,7 @@ def wave_one() -> dict[str, dict[str, Any]]:
     exits = small(node_job("openmpi-nonroot", name="exit-3", run_policy={"backoffLimit": 0}))
     exits["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"
     set_mpirun_args(exits, "-n", "2", "/home/mpiuser/pi", "3")  # pi's exit code
-    crash = small(node_job("openmpi", name="crashing-workers", run_policy={"backoffLimit": 1}))
+    crash = small(node_job("openmpi", name="crashing-workers", run_policy={"backoffLimit": 2}))
     worker = crash["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     worker["command"] = ["/usr/sbin/sshd", "-De", "-o", "HostKey=/nonexistent"]  # exits at start
     worker.pop("args", None)

@@ -14,11 +14,14 @@
 #                                                   config/default rendered) and config/; no build
 #        deploy/local/build.sh --upstream           build only upstream's mpi-operator (if needed)
 #        deploy/local/build.sh --print-upstream-dir print its dir (bin/mpi-operator); no build
+#        deploy/local/build.sh --prometheus         build only Prometheus (if needed; for the dashboard picture)
+#        deploy/local/build.sh --print-prometheus-dir print its dir (bin/prometheus); no build
 # Env:   MPIJOB_K8S_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR   bin dir override (default <cache root>/<versions>/bin)
 #        MPIJOB_NODE_BIN_DIR  node bin dir override (default <cache root>/node_<versions>/bin)
 #        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>_mpi-operator-<version>)
 #        MPIJOB_UPSTREAM_DIR  upstream mpi-operator dir override (default <cache root>/mpi-operator-<version>)
+#        MPIJOB_PROMETHEUS_DIR Prometheus dir override (default <cache root>/prometheus-<version>)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,6 +36,7 @@ BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwo
 KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-${KUEUE_VERSION}_mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
 # The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
 UPSTREAM_DIR=${MPIJOB_UPSTREAM_DIR:-$CACHE_ROOT/mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
+PROMETHEUS_DIR=${MPIJOB_PROMETHEUS_DIR:-$CACHE_ROOT/prometheus-$PROMETHEUS_VERSION}
 NODE_KEY="node_k8s-${K8S_VERSION}_coredns-${COREDNS_VERSION}"
 NODE_BIN_DIR=${MPIJOB_NODE_BIN_DIR:-$CACHE_ROOT/$NODE_KEY/bin}
 
@@ -63,12 +67,18 @@ case "${1:-}" in
     exit 0
     ;;
   --upstream) MODE=upstream ;;
+  --print-prometheus-dir)
+    [ -f "$PROMETHEUS_DIR/$STAMP" ] || { log "Prometheus not built: $PROMETHEUS_DIR"; exit 1; }
+    echo "$PROMETHEUS_DIR"
+    exit 0
+    ;;
+  --prometheus) MODE=prometheus ;;
   --print-node-bin-dir)
     [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
   --node) MODE=node ;;
   --control-plane) MODE=control-plane-only ;;
   "") ;;
-  *) echo "usage: $0 [--node|--control-plane|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--control-plane|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir|--prometheus|--print-prometheus-dir]" >&2; exit 2 ;;
 esac
 
 TIMINGS="$CACHE_ROOT/timings"
@@ -274,6 +284,27 @@ upstream() {
   echo "mpi-operator $UPSTREAM_MPI_OPERATOR_VERSION" >"$STAGE/versions.txt"
 }
 
+# Prometheus' server for benchmarks/dashboard_picture.py, which evaluates the dashboard's queries through its
+# HTTP API. Built inside its module as released, like upstream's operator. remove_all_sd leaves out every
+# service discovery but static targets (most of its dependencies); without the builtinassets tag there is
+# no web UI, only the API.
+build_prometheus() {
+  local src v=github.com/prometheus/common/version
+  src=$(go_mod_dir "github.com/prometheus/prometheus@$PROMETHEUS_VERSION")
+  mkdir -p "$STAGE/bin"
+  cd "$src"
+  # GOWORK=off: the module ships a go.work naming modules its zip leaves out.
+  GOWORK=off go build -mod=readonly -trimpath -tags remove_all_sd \
+    -ldflags "-s -w -X $v.Version=$PROMETHEUS_VERSION -X $v.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)" \
+    -o "$STAGE/bin/prometheus" ./cmd/prometheus
+}
+
+prometheus() {
+  stage "prometheus-$PROMETHEUS_VERSION" 600 build_prometheus
+  [ -x "$STAGE/bin/prometheus" ] || fail "the build made no prometheus (see $BUILD_LOG)"
+  first_line "$STAGE/bin/prometheus" --version >"$STAGE/versions.txt"
+}
+
 node_binaries() {
   stage "coredns-$COREDNS_VERSION" 360 build_coredns
   stage "kubelet-$K8S_VERSION" 720 build_kubelet
@@ -287,6 +318,11 @@ node_binaries() {
 if [ "$MODE" = node ]; then
   locked_build "$NODE_BIN_DIR" "$NODE_KEY" node_binaries
   echo "$NODE_BIN_DIR"
+  exit 0
+fi
+if [ "$MODE" = prometheus ]; then
+  locked_build "$PROMETHEUS_DIR" "prometheus-$PROMETHEUS_VERSION" prometheus
+  echo "$PROMETHEUS_DIR"
   exit 0
 fi
 if [ "$MODE" = upstream ]; then

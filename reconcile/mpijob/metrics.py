@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from render import conditions as rcond
-from render.phases import Samples
+from render.phases import PHASES, Samples
 
 JOB_STATES = (
     rcond.CREATED,
@@ -142,6 +142,12 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        # Every phase and outcome at 0 from the start: rate() and increase() see a series' first samples
+        # only against an earlier one, so a child born with its first observation would lose it.
+        for phase in PHASES:
+            self.job_phase.labels(phase=phase)
+        for outcome in (rcond.SUCCEEDED, rcond.FAILED):
+            self.job_duration.labels(outcome=outcome)
         self.gate_wait = Histogram(
             "mpi_operator_launcher_gate_wait_seconds",
             "Time the launcher's gate waited until every worker answered over SSH, as the gate reports it",

@@ -34,7 +34,9 @@ HOLD = {f"{KNOB}hold": "true"}
 # on one (the stale check still runs). Never set in CI (.ci/run refuses MPIJOB_SKIP_*, not this: the
 # tier's last test fails when it is set, see test_no_stale_entries).
 DUMP_ENV = "MPIJOB_ORACLE_DUMP"
-QUIET = 3.0  # seconds without a change on either side: settled
+# Seconds without a change on either side: settled. Upstream at its default 5 QPS writes one job's status
+# at a time, up to about 3 s apart when many jobs are in flight.
+QUIET = 6.0
 POLL = 0.5
 
 

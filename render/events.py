@@ -60,7 +60,8 @@ def events(
         return [e for _, e in out]
     start, end = duration_sentences(mpijob, old_status, new_status, observed)
     for sentence, carriers, reason in (
-        (start, (cond.RUNNING,), REASON_WORKERS_RUNNING),
+        # a job that finished before a Running status was written says its start-up when it finishes
+        (start, (cond.RUNNING, cond.SUCCEEDED, cond.FAILED), REASON_WORKERS_RUNNING),
         (end, (cond.SUCCEEDED, cond.FAILED), REASON_DURATION),
     ):
         if not sentence:

@@ -193,6 +193,11 @@ def test_a_job_that_finishes_before_a_running_status_still_counts_its_start_up()
         (ph.FINISHED, 1.0),
     ]
     assert life.durations() == [(cond.SUCCEEDED, 4.0)]
+    # One event for the one transition, saying the start-up and the whole duration.
+    (done,) = [e for e in life.events if e.reason not in ("MPIJobCreated",)]
+    assert done.reason == "MPIJobSucceeded"
+    assert "All 2 workers were running 0 s after its children were created;" in done.message, done
+    assert done.message.endswith("It succeeded 4 s after it was submitted; the launcher ran 1 s."), done
 
 
 def test_missing_timestamps_leave_the_phase_out():

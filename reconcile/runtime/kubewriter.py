@@ -13,9 +13,7 @@ from typing import Any
 
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from reconcile.runtime.kube import APPLY_PATCH, Kube, Resource, resource_for
-
-JSON_PATCH = "application/json-patch+json"
+from reconcile.runtime.kube import APPLY_PATCH, JSON_PATCH, Kube, Resource, resource_for
 
 
 class KubeWriter:

@@ -9,7 +9,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "local" / "build.sh"
 STAGES_DIR = REPO_ROOT / "deploy" / "local" / "stages"
-REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
 class BinariesMissing(RuntimeError):
@@ -36,6 +36,11 @@ def built_dir(flag: str, what: str, required: tuple[str, ...], build_args: str =
 def find_bin_dir() -> Path:
     """The control plane's bin dir."""
     return built_dir("--print-bin-dir", "control-plane binaries", REQUIRED)
+
+
+def find_kwok_bin() -> Path:
+    """kwok, from `build.sh --kwok` (its own dir: a real node's cluster runs without it)."""
+    return built_dir("--print-kwok-dir", "kwok", ("kwok",), "--kwok") / "kwok"
 
 
 NODE_REQUIRED = ("kubelet", "coredns")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from localcluster import pki
-from localcluster.binaries import STAGES_DIR, find_bin_dir
+from localcluster.binaries import STAGES_DIR, find_bin_dir, find_kwok_bin
 from localcluster.nodes import DEFAULT_CAPACITY, node_manifest, node_ready, write_kwok_config
 from localcluster.processes import Proc, free_port, http_ok, spawn
 
@@ -148,7 +148,10 @@ class LocalCluster:
             self._start_apiserver()
             if self.spec.tier in ("l2", "real"):
                 self._start_controllers()
-                self._start_kwok()
+                # Tests add fake nodes to an L2 cluster at will; a real node's cluster has none unless asked.
+                if self.spec.tier == "l2" or self.spec.nodes:
+                    self._start_kwok()
+                self._wait_for_default_service_account()
             if self.spec.tier == "real":
                 from localcluster.realnode import RealNode
 
@@ -455,7 +458,7 @@ class LocalCluster:
         kwok = self.spawn(
             "kwok",
             [
-                self._bin("kwok"),
+                str(find_kwok_bin()),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={config}",
                 "--manage-all-nodes=false",
@@ -482,7 +485,13 @@ class LocalCluster:
                 return set(names) <= ready
 
             self.wait_for(kwok, nodes_ready, f"{len(names)} kwok nodes Ready")
-            # The controller-manager's ServiceAccount controller works: pods can be created.
+
+    def _wait_for_default_service_account(self) -> None:
+        """The controller-manager's ServiceAccount controller works: pods can be created."""
+        from kubernetes import client
+
+        with contextlib.closing(self.api_client()) as api:
+            core = client.CoreV1Api(api)
             self.wait_for(
                 self.proc("kube-controller-manager"),
                 lambda: has_default_service_account(core, "default"),

@@ -160,10 +160,10 @@ def prepare(job: dict, *, kwok: bool) -> str:
     why = "--kwok" if kwok else ""
     if not why and os.geteuid() != 0:
         why = "not root (the kubelet, containerd and the pod network need root)"
-    parts = ("--control-plane",) if why else ("--control-plane", "--node")
+    parts = ("--control-plane", "--kwok") if why else ("--control-plane", "--node")
     images = job_images(job)
     building = (
-        "the control plane (Go)"
+        "the control plane and kwok (Go)"
         if why
         else "the control plane, kubelet, CoreDNS (Go) and " + ", ".join(images)
     )
@@ -173,11 +173,19 @@ def prepare(job: dict, *, kwok: bool) -> str:
         if not why:
             why = prepare_real_node(images)
         failed = go.result()
-    if failed == "--control-plane":
-        raise DemoError("building the control plane failed (build.sh's error is above)")
+    if failed in ("--control-plane", "--kwok"):
+        what = "the control plane" if failed == "--control-plane" else "kwok"
+        raise DemoError(f"building {what} failed (build.sh's error is above)")
     if failed and not why:
         why = "building kubelet and CoreDNS failed (build.sh's error is above)"
     return why
+
+
+def fall_back_to_kwok(why: str) -> None:
+    """Says why there is no real node and builds kwok for the fake nodes (a real node's build skips it)."""
+    say(f"no real node: {why}; falling back to kwok fake nodes (pods do not really run)")
+    if go_builds(("--kwok",)):
+        raise DemoError("building kwok failed (build.sh's error is above)")
 
 
 def on_real_node(job: dict) -> dict:
@@ -276,7 +284,7 @@ def run() -> int:
     if not why:
         tier = "real"
     elif not args.kwok:
-        say(f"no real node here: {why}; falling back to kwok fake nodes (pods do not really run)")
+        fall_back_to_kwok(why)
     if tier == "real":
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
         spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180, node_images=job_images(real_job))
@@ -291,7 +299,7 @@ def run() -> int:
             try:
                 cluster.start()
             except NodeUnavailable as err:  # e.g. another run's real node on this machine
-                say(f"no real node: {err}; falling back to kwok fake nodes (pods do not really run)")
+                fall_back_to_kwok(str(err))
                 cluster = LocalCluster(
                     ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep
                 )

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok) and, beside it, Kueue; with --node, the real node's binaries (kubelet, a minimal CoreDNS). From Go
-# modules into a per-machine cache keyed by version. Idempotent: with finished builds it only prints the
-# bin dir.
+# Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl),
+# kwok, upstream's mpi-operator and Kueue; with --node, the real node's binaries (kubelet, a minimal
+# CoreDNS). From Go modules into a per-machine cache keyed by version. Idempotent: with finished builds it
+# only prints the bin dir.
 #
 # Usage: deploy/local/build.sh                      build if needed, print the control plane's bin dir
-#        deploy/local/build.sh --control-plane      the same without Kueue (what scripts/demo needs)
+#        deploy/local/build.sh --control-plane      only the control plane (what scripts/demo needs)
+#        deploy/local/build.sh --kwok               only kwok (fake nodes; its own stamped dir)
+#        deploy/local/build.sh --print-kwok-dir     print kwok's bin dir; no build
 #        deploy/local/build.sh --node               the same for kubelet + CoreDNS (their own stamped dir)
 #        deploy/local/build.sh --print-bin-dir      print the bin dir (no build; exit 1 if not built)
 #        deploy/local/build.sh --print-node-bin-dir likewise for the node binaries
@@ -18,6 +20,7 @@
 #        deploy/local/build.sh --print-prometheus-dir print its dir (bin/prometheus); no build
 # Env:   MPIJOB_K8S_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s)
 #        MPIJOB_K8S_BIN_DIR   bin dir override (default <cache root>/<versions>/bin)
+#        MPIJOB_KWOK_BIN_DIR  kwok's bin dir override (default <cache root>/kwok-<version>/bin)
 #        MPIJOB_NODE_BIN_DIR  node bin dir override (default <cache root>/node_<versions>/bin)
 #        MPIJOB_KUEUE_DIR     Kueue dir override (default <cache root>/kueue-<version>_mpi-operator-<version>)
 #        MPIJOB_UPSTREAM_DIR  upstream mpi-operator dir override (default <cache root>/mpi-operator-<version>)
@@ -29,10 +32,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/versions.env"
 
 CACHE_ROOT=${MPIJOB_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/k8s}
-KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 BIN_DIR=${MPIJOB_K8S_BIN_DIR:-$CACHE_ROOT/$KEY/bin}
 STAMP=.build-complete
-BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
+BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl"
+# kwok has its own stamped dir: the real node's demo needs no fake nodes and skips its build.
+KWOK_BIN_DIR=${MPIJOB_KWOK_BIN_DIR:-$CACHE_ROOT/kwok-$KWOK_VERSION/bin}
 KUEUE_DIR=${MPIJOB_KUEUE_DIR:-$CACHE_ROOT/kueue-${KUEUE_VERSION}_mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
 # The node binaries have their own stamped dir: adding them left the control plane's key (and cache) alone.
 UPSTREAM_DIR=${MPIJOB_UPSTREAM_DIR:-$CACHE_ROOT/mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION}
@@ -56,6 +61,12 @@ MODE=control-plane
 case "${1:-}" in
   --print-k8s-src) k8s_src; exit 0 ;;
   --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
+  --print-kwok-dir)
+    [ -f "$KWOK_BIN_DIR/$STAMP" ] || { log "kwok not built: $KWOK_BIN_DIR"; exit 1; }
+    echo "$KWOK_BIN_DIR"
+    exit 0
+    ;;
+  --kwok) MODE=kwok ;;
   --print-kueue-dir)
     [ -f "$KUEUE_DIR/$STAMP" ] || { log "Kueue not built: $KUEUE_DIR"; exit 1; }
     echo "$KUEUE_DIR"
@@ -78,7 +89,7 @@ case "${1:-}" in
   --node) MODE=node ;;
   --control-plane) MODE=control-plane-only ;;
   "") ;;
-  *) echo "usage: $0 [--node|--control-plane|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir|--prometheus|--print-prometheus-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--node|--control-plane|--kwok|--print-kwok-dir|--upstream|--print-bin-dir|--print-node-bin-dir|--print-k8s-src|--print-kueue-dir|--print-upstream-dir|--prometheus|--print-prometheus-dir]" >&2; exit 2 ;;
 esac
 
 TIMINGS="$CACHE_ROOT/timings"
@@ -223,13 +234,11 @@ first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*
 
 control_plane() {
   stage "etcd-$ETCD_VERSION" 90 build_etcd
-  stage "kwok-$KWOK_VERSION" 90 build_kwok
   stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
   for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
   {
     first_line "$STAGE/etcd" --version
     first_line "$STAGE/kube-apiserver" --version
-    first_line "$STAGE/kwok" --version
     echo "k8s-src: $(k8s_src)"
   } >"$STAGE/versions.txt"
 }
@@ -276,6 +285,12 @@ build_upstream() {
   mkdir -p "$STAGE/bin"
   cd "$src"
   go build -mod=readonly -trimpath -ldflags "-s -w" -o "$STAGE/bin/mpi-operator" ./cmd/mpi-operator
+}
+
+kwok() {
+  stage "kwok-$KWOK_VERSION" 150 build_kwok
+  [ -x "$STAGE/kwok" ] || fail "the build made no kwok (see $BUILD_LOG)"
+  first_line "$STAGE/kwok" --version >"$STAGE/versions.txt"
 }
 
 upstream() {
@@ -325,6 +340,11 @@ if [ "$MODE" = prometheus ]; then
   echo "$PROMETHEUS_DIR"
   exit 0
 fi
+if [ "$MODE" = kwok ]; then
+  locked_build "$KWOK_BIN_DIR" "kwok-$KWOK_VERSION" kwok
+  echo "$KWOK_BIN_DIR"
+  exit 0
+fi
 if [ "$MODE" = upstream ]; then
   locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
   echo "$UPSTREAM_DIR"
@@ -332,6 +352,7 @@ if [ "$MODE" = upstream ]; then
 fi
 locked_build "$BIN_DIR" "$KEY" control_plane
 if [ "$MODE" != control-plane-only ]; then
+  locked_build "$KWOK_BIN_DIR" "kwok-$KWOK_VERSION" kwok
   locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
   locked_build "$KUEUE_DIR" "kueue-$KUEUE_VERSION" kueue
 fi

@@ -142,8 +142,8 @@ def test_the_demo_prepares_its_image_only(
     demo, ran = commands
     job = demo.on_real_node(demo.load_example())
     assert demo.prepare(job, kwok=False) == ""
-    # Go builds of the control plane and the node, no Kueue, helm or upstream's source (build.sh without
-    # a part builds Kueue too).
+    # Go builds of the control plane and the node: no kwok, Kueue, helm or upstream's source (build.sh
+    # without a part builds all of them).
     assert sorted(ran) == [["build.sh", "--control-plane"], ["build.sh", "--node"], ["node-packages.sh"]]
     assert recorded["image"] == ["openmpi"] and recorded["operator"] == []
     assert recorded["pi"] == [{"openmpi"}]
@@ -154,7 +154,7 @@ def test_the_kwok_demo_builds_the_control_plane_only(
 ) -> None:
     demo, ran = commands
     assert demo.prepare(demo.on_real_node(demo.load_example()), kwok=True) == "--kwok"
-    assert ran == [["build.sh", "--control-plane"]]
+    assert ran == [["build.sh", "--control-plane"], ["build.sh", "--kwok"]]
     assert recorded["pause"] == []
 
 
@@ -170,6 +170,17 @@ def test_a_failed_node_build_falls_back_and_a_failed_control_plane_stops(
     monkeypatch.setattr(demo, "go_builds", lambda parts: "--control-plane")
     with pytest.raises(demo.DemoError, match="control plane"):
         demo.prepare(job, kwok=False)
+
+
+def test_falling_back_to_fake_nodes_builds_kwok_then(
+    commands: tuple[ModuleType, list[list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demo, ran = commands
+    demo.fall_back_to_kwok("the node build failed")
+    assert ran == [["build.sh", "--kwok"]]
+    monkeypatch.setattr(demo, "go_builds", lambda parts: "--kwok")
+    with pytest.raises(demo.DemoError, match="building kwok failed"):
+        demo.fall_back_to_kwok("the node build failed")
 
 
 def test_the_real_node_builds_the_images_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -234,7 +234,7 @@ first_line() { local out; out=$("$@" 2>&1) || true; printf '%s\n' "${out%%$'\n'*
 
 control_plane() {
   stage "etcd-$ETCD_VERSION" 90 build_etcd
-  stage "kubernetes-$K8S_VERSION" 420 build_kubernetes
+  stage "kubernetes-$K8S_VERSION" 360 build_kubernetes
   for b in $BINARIES; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
   {
     first_line "$STAGE/etcd" --version
@@ -321,8 +321,8 @@ prometheus() {
 }
 
 node_binaries() {
-  stage "coredns-$COREDNS_VERSION" 360 build_coredns
-  stage "kubelet-$K8S_VERSION" 720 build_kubelet
+  stage "coredns-$COREDNS_VERSION" 120 build_coredns
+  stage "kubelet-$K8S_VERSION" 60 build_kubelet
   for b in kubelet coredns; do [ -x "$STAGE/$b" ] || fail "the build made no $b (see $BUILD_LOG)"; done
   {
     first_line "$STAGE/kubelet" --version

@@ -1,5 +1,7 @@
 """Side by side: the same N MPIJobs x W workers through upstream's released operator and through ours,
 each at its own defaults, each on a fresh L2 cluster (kwok nodes, the API server's audit log on).
+`--qps Q` pins both clients to the same rate instead (`--kube-api-qps`, `--kube-api-burst`: the same flags
+in both), for sizes where upstream's 5 requests per second would take hours.
 
 For each operator it measures, from the moment the jobs are submitted:
 - the time until every launcher Job exists and until every MPIJob is Succeeded (watches);
@@ -13,6 +15,7 @@ mpi-operator ServiceAccount's RBAC (deploy/base-no-operator). Usage:
 
     .venv/bin/python benchmarks/side_by_side.py --jobs 20 --workers 2
     .venv/bin/python benchmarks/side_by_side.py --jobs 200 --workers 4 --save /tmp/side.json
+    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 50
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pods = args.jobs * (args.workers + 1)
     nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True), work_dir=work / which)
+    pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
     print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
@@ -105,10 +109,14 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             rbac = work / "upstream-rbac.yaml"
             rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
             kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
-            op = upstream.UpstreamOperator(cluster.write_user_kubeconfig(user), work / f"{which}.log")
+            op = upstream.UpstreamOperator(
+                cluster.write_user_kubeconfig(user), work / f"{which}.log", "", *pinned
+            )
         else:
             user = SA_USER
-            op = OperatorRunner(cluster.write_user_kubeconfig(user), work / f"{which}.log", log_format="json")
+            op = OperatorRunner(
+                cluster.write_user_kubeconfig(user), work / f"{which}.log", *pinned, log_format="json"
+            )
         op.start()
         status, launchers = StatusWatcher(cluster.api_client()), LauncherWatcher(cluster.api_client())
         watchers = [status, launchers]
@@ -177,13 +185,32 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all jobs, per side")
     parser.add_argument("--save", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--qps", type=float, default=0, help="pin both operators' client to this many requests per second"
+    )
+    parser.add_argument(
+        "--burst", type=int, default=0, help="their client burst with --qps (default: 2 x qps)"
+    )
     args = parser.parse_args()
+    if args.qps < 0 or (args.qps and args.burst < 0):
+        parser.error("--qps and --burst must not be negative")
+    if args.qps and not args.burst:
+        args.burst = max(1, int(2 * args.qps))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    print(
-        f"== {args.jobs} MPIJobs x {args.workers} workers through each operator; logs in {work}", flush=True
+    pinned = (
+        f" (clients pinned: --kube-api-qps={args.qps:g} --kube-api-burst={args.burst})" if args.qps else ""
     )
-    result = {"jobs": args.jobs, "workers": args.workers}
+    print(
+        f"== {args.jobs} MPIJobs x {args.workers} workers through each operator{pinned}; logs in {work}",
+        flush=True,
+    )
+    result: dict[str, Any] = {
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "qps": args.qps,
+        "burst": args.burst,
+    }
     for which in ("upstream", "ours"):
         result[which] = run_one(which, args, work)
     up, ours = result["upstream"], result["ours"]

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -430,6 +430,48 @@ def operator_writes(events: list[dict[str, Any]], namespace: str) -> list[dict[s
     return out
 
 
+def stored_creates(
+    writes: list[dict[str, Any]], live: Mapping[tuple[str, str], Mapping[str, Any]], job_uids: set[str]
+) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, int]]:
+    """Each object the operator's writes created, by (plural, name): the audit records of its creates (201),
+    plus the creates the server stored without a 201 on record (counted apart, in the second value).
+    ``live`` holds the namespace's objects at the end of the run."""
+    creates: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    timed_out: dict[tuple[str, str], dict[str, Any]] = {}
+    conflicted: set[tuple[str, str]] = set()  # creates answered AlreadyExists
+    touched: set[tuple[str, str]] = set()  # objects a later 2xx write of the operator found existing
+    for e in writes:
+        ref = e["objectRef"]
+        name = ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name")
+        code = (e.get("responseStatus") or {}).get("code")
+        if e["verb"] == "create" and code == 201:
+            creates[(ref["resource"], name)].append(e)
+        elif e["verb"] == "create" and code == 504:
+            # The API server's timeout: the create may have been stored (etcd committed after the
+            # deadline). It counts as the create if the object is seen to exist afterwards.
+            timed_out.setdefault((ref["resource"], name), e)
+        elif e["verb"] == "create" and code == 409:
+            conflicted.add((ref["resource"], name))
+        elif e["verb"] != "create" and not ref.get("subresource") and code in (200, 201, 202):
+            touched.add((ref["resource"], name))
+    for key, e in timed_out.items():
+        if key not in creates and (key in touched or key in live):
+            creates[key].append(e)
+    timed_out_stored = sum(1 for k in timed_out if creates.get(k) == [timed_out[k]])
+    # A kube-apiserver killed after etcd stored a create but before its ResponseComplete record: the
+    # operator's retry met AlreadyExists. The object counts as created, at its creationTimestamp (whole
+    # seconds, so never later than the create), if it lives and belongs to one of this run's jobs.
+    unlogged = 0
+    for key in sorted(conflicted - set(creates)):
+        meta = (live.get(key) or {}).get("metadata") or {}
+        refs = [r for r in meta.get("ownerReferences") or () if r.get("controller")]
+        if refs and refs[0].get("uid") in job_uids:
+            stamp = meta["creationTimestamp"]
+            creates[key].append({"requestReceivedTimestamp": stamp, "stageTimestamp": stamp})
+            unlogged += 1
+    return creates, {"creates_timed_out_but_stored": timed_out_stored, "creates_stored_unlogged": unlogged}
+
+
 def check(
     cc: ChaosCluster,
     scenario: str,
@@ -461,32 +503,13 @@ def check(
             what = f"{e['verb']} {ref.get('resource')}/{ref.get('name')}"
             report.non_leader_writes.append(f"{what} by {who[0][-8:]} while {holder[-8:] or 'nobody'} led")
 
-    creates: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    timed_out: dict[tuple[str, str], dict[str, Any]] = {}
-    touched: set[tuple[str, str]] = set()  # objects a later 2xx write of the operator found existing
-    for e in writes:
-        ref = e["objectRef"]
-        name = ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name")
-        code = (e.get("responseStatus") or {}).get("code")
-        if e["verb"] == "create" and code == 201:
-            creates[(ref["resource"], name)].append(e)
-        elif e["verb"] == "create" and code == 504:
-            # The API server's timeout: the create may have been stored (etcd committed after the
-            # deadline). It counts as the create if the object is seen to exist afterwards.
-            timed_out.setdefault((ref["resource"], name), e)
-        elif e["verb"] != "create" and not ref.get("subresource") and code in (200, 201, 202):
-            touched.add((ref["resource"], name))
-    present = {
-        (res.plural, o["metadata"]["name"])
+    live = {
+        (res.plural, o["metadata"]["name"]): o
         for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
         for o in cc.admin.list(res, namespace)["items"]
     }
-    for key, e in timed_out.items():
-        if key not in creates and (key in touched or key in present):
-            creates[key].append(e)
-    report.extra["creates_timed_out_but_stored"] = sum(
-        1 for k in timed_out if creates.get(k) == [timed_out[k]]
-    )
+    creates, stored = stored_creates(writes, live, set(uids.values()))
+    report.extra.update(stored)
     for (plural, name), made in creates.items():
         if plural in CHILD_PLURALS and len(made) > 1:
             report.duplicates.append(f"{plural}/{name} created {len(made)} times")

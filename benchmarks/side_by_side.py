@@ -1,7 +1,9 @@
 """Side by side: the same N MPIJobs x W workers through upstream's released operator and through ours,
 each at its own defaults, each on a fresh L2 cluster (kwok nodes, the API server's audit log on).
 `--qps Q` pins both clients to the same rate instead (`--kube-api-qps`, `--kube-api-burst`: the same flags
-in both), for sizes where upstream's 5 requests per second would take hours.
+in both), for sizes where upstream's 5 requests per second would take hours, and `--queue-qps Q` their work
+queues (`--controller-queue-rate-limit`; upstream's 10 keys per second, one slot per watch event, holds
+1,000 x 8 up for an hour).
 
 For each operator it measures, from the moment the jobs are submitted:
 - the time until every launcher Job exists and until every MPIJob is Succeeded (watches), and until it
@@ -17,7 +19,7 @@ mpi-operator ServiceAccount's RBAC (deploy/base-no-operator). Usage:
 
     .venv/bin/python benchmarks/side_by_side.py --jobs 20 --workers 2
     .venv/bin/python benchmarks/side_by_side.py --jobs 200 --workers 4 --save /tmp/side.json
-    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 50
+    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 50 --queue-qps 1000
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True), work_dir=work / which)
     pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
+    if args.queue_qps:
+        pinned += [
+            f"--controller-queue-rate-limit={args.queue_qps:g}",
+            f"--controller-queue-burst={args.queue_burst}",
+        ]
     print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
@@ -232,16 +239,29 @@ def main() -> int:
     parser.add_argument(
         "--burst", type=int, default=0, help="their client burst with --qps (default: 2 x qps)"
     )
+    parser.add_argument(
+        "--queue-qps",
+        type=float,
+        default=0,
+        help="pin both operators' work queue to this many keys per second (--controller-queue-rate-limit; "
+        "upstream's default 10 reserves a slot for every watch event, so 1,000 x 8 waits an hour for it)",
+    )
     args = parser.parse_args()
     if args.qps < 0 or (args.qps and args.burst < 0):
         parser.error("--qps and --burst must not be negative")
     if args.qps and not args.burst:
         args.burst = max(1, int(2 * args.qps))
+    if args.queue_qps < 0:
+        parser.error("--queue-qps must not be negative")
+    args.queue_burst = max(100, int(args.queue_qps))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    pinned = (
-        f" (clients pinned: --kube-api-qps={args.qps:g} --kube-api-burst={args.burst})" if args.qps else ""
-    )
+    pinned = f" --kube-api-qps={args.qps:g} --kube-api-burst={args.burst}" if args.qps else ""
+    if args.queue_qps:
+        pinned += (
+            f" --controller-queue-rate-limit={args.queue_qps:g} --controller-queue-burst={args.queue_burst}"
+        )
+    pinned = f" (both pinned:{pinned})" if pinned else ""
     print(
         f"== {args.jobs} MPIJobs x {args.workers} workers through each operator{pinned}; logs in {work}",
         flush=True,
@@ -251,6 +271,7 @@ def main() -> int:
         "workers": args.workers,
         "qps": args.qps,
         "burst": args.burst,
+        "queue_qps": args.queue_qps,
     }
     for which in ("upstream", "ours"):
         result[which] = run_one(which, args, work)

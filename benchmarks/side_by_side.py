@@ -7,7 +7,8 @@ queues (`--controller-queue-rate-limit`; upstream's 10 keys per second, one slot
 
 For each operator it measures, from the moment the jobs are submitted:
 - the time until every launcher Job exists and until every MPIJob is Succeeded (watches), and until it
-  converged: no Pending or Running worker left (the jobs' cleanPodPolicy is Running) and no write for 5 s;
+  converged: no Pending or Running worker left (the jobs' cleanPodPolicy is Running) and no write for 5 s,
+  or no write for 60 s with workers left (their number is shown);
 - at convergence, its writes per job from the API server's audit log (every create, update, patch and
   delete by the operator's user; Lease writes for leader election shown apart, Events counted with the
   writes), its CPU seconds (utime + stime) since the jobs were submitted (per job too; what it spent
@@ -67,6 +68,8 @@ from localcluster.operator import OperatorRunner  # noqa: E402
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 SUBMIT_THREADS = 16
 QUIET_SECONDS = 5.0
+# Quiet this long while workers of finished jobs still run: the operator left them (counted, not awaited).
+LEFT_SECONDS = 60.0
 FIGURES = (
     ("t_launchers", "time until every launcher Job exists (s)"),
     ("t_done", "time until every MPIJob is Succeeded (s)"),
@@ -76,6 +79,7 @@ FIGURES = (
     ("cpu_ms_per_job", "CPU ms per job"),
     ("cpu_startup", "CPU seconds to start (not per job)"),
     ("rss_mib", "peak RSS (MiB)"),
+    ("workers_left", "workers of Succeeded jobs left Running"),
 )
 
 
@@ -182,18 +186,22 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 break
             time.sleep(0.5)
         # Converged: every worker deleted (cleanPodPolicy: Running) and no write but the Lease's for
-        # QUIET_SECONDS. Only then are the writes and the CPU counted: a slow operator's cleanup goes on long
-        # after the last job Succeeded, and all of it is the job's cost.
+        # QUIET_SECONDS, or LEFT_SECONDS without a write while workers are left. Only then are the writes and
+        # the CPU counted: a slow operator's cleanup goes on long after the last job Succeeded, and all of it
+        # is the job's cost.
         t_converged = None
+        left = 0
         quiet_since, last = time.monotonic(), -1
         audit = AuditTail(cluster.audit_log, user)
         while t_done is not None and time.monotonic() - began < args.timeout:
             now = sum(n for key, n in audit.read().items() if not key.endswith(" leases"))
             if now != last:
                 last, quiet_since = now, time.monotonic()
-            elif time.monotonic() - quiet_since >= QUIET_SECONDS and not live_workers(core):
-                t_converged = quiet_since - began
-                break
+            elif time.monotonic() - quiet_since >= QUIET_SECONDS:
+                left = live_workers(core)
+                if not left or time.monotonic() - quiet_since >= LEFT_SECONDS:
+                    t_converged = quiet_since - began
+                    break
             time.sleep(1)
         hwm, cpu = proc_stats(op.pid)
         writes = AuditTail(cluster.audit_log, user).read()
@@ -210,6 +218,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "cpu_ms_per_job": 1000 * (cpu - cpu_ready) / args.jobs,
             "cpu_startup": cpu_ready,
             "rss_mib": max(peak, hwm) / 2**20,
+            "workers_left": left,
         }
         print(f"   {which}: {json.dumps(figures)}", flush=True)
         return figures
@@ -279,7 +288,7 @@ def main() -> int:
     print(f"\n{'':44} {'upstream':>10} {'ours':>10} {'ours/upstream':>14}")
     for key, label in FIGURES:
         a, b = ours[key], up[key]
-        show = [f"{v:10.1f}" if isinstance(v, float) else f"{'-':>10}" for v in (b, a)]
+        show = [f"{v:10.1f}" if isinstance(v, (int, float)) else f"{'-':>10}" for v in (b, a)]
         print(f"{label:44} {show[0]} {show[1]} {ratio(a, b):>14}")
     for which in ("upstream", "ours"):
         print(f"{which} writes: {result[which]['writes']}, and {result[which]['lease_writes']} Lease writes")

@@ -68,7 +68,8 @@ from localcluster.operator import OperatorRunner  # noqa: E402
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 SUBMIT_THREADS = 16
 QUIET_SECONDS = 5.0
-# Quiet this long while workers of finished jobs still run: the operator left them (counted, not awaited).
+# Quiet this long while workers of finished jobs still run: counted, not awaited (upstream's per-key back-off
+# can hold the cleanup sync of a job that saw many events for up to 1000 s).
 LEFT_SECONDS = 60.0
 FIGURES = (
     ("t_launchers", "time until every launcher Job exists (s)"),
@@ -79,7 +80,7 @@ FIGURES = (
     ("cpu_ms_per_job", "CPU ms per job"),
     ("cpu_startup", "CPU seconds to start (not per job)"),
     ("rss_mib", "peak RSS (MiB)"),
-    ("workers_left", "workers of Succeeded jobs left Running"),
+    ("workers_left", "workers still Running 60 s after the last write"),
 )
 
 

@@ -494,8 +494,12 @@ def test_user_roles_aggregate_into_the_builtin_view_edit_admin(l2_cluster):
             for v in r.verbs
         }
         assert {"create", "delete", "patch"} <= edit_verbs
-        # Re-applying after the aggregation controller wrote the built-in roles must not conflict (an
-        # upgrade is the same `kubectl apply --server-side`).
+        # Re-applying after the aggregation controller filled our admin role's rules must not conflict
+        # (an upgrade is the same `kubectl apply --server-side`).
+        deadline = time.monotonic() + 30
+        while not rbac.read_cluster_role("kubeflow-mpijobs-admin").rules:
+            assert time.monotonic() < deadline, "kubeflow-mpijobs-admin never aggregated"
+            time.sleep(0.5)
         kubectl(l2_cluster, *apply)
     finally:
         api.close()

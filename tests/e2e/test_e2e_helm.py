@@ -85,22 +85,15 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
     finally:
         op.stop()
 
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    made = (
+    helm(cluster, "uninstall", "mpi-operator", "-n", NS, "--wait")
+    for path in (
         f"/apis/apps/v1/namespaces/{NS}/deployments/mpi-operator",
         f"/api/v1/namespaces/{NS}/serviceaccounts/mpi-operator",
-        f"{rbac}/namespaces/{NS}/roles/mpi-operator-leader-election",
-        f"{rbac}/namespaces/{NS}/rolebindings/mpi-operator-leader-election",
-        f"{rbac}/clusterroles/mpi-operator",
-        f"{rbac}/clusterrolebindings/mpi-operator",
-        *(f"{rbac}/clusterroles/kubeflow-mpijobs-{verb}" for verb in ("admin", "edit", "view")),
-        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/mpi-operator-leader-election",
-    )
-    assert [path for path in made if not exists(kube, path)] == []  # each path names what the chart made
-    # --wait: until every object of the release is gone (an aggregated ClusterRole that the aggregation
-    # controller re-creates after the delete would hold it for its whole timeout).
-    helm(cluster, "uninstall", "mpi-operator", "-n", NS, "--wait", "--timeout", "120s")
-    for path in made:
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles/mpi-operator-leader-election",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/mpi-operator",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mpi-operator",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/kubeflow-mpijobs-edit",
+    ):
         wait(lambda path=path: not exists(kube, path), f"{path} removed by helm uninstall")
     assert exists(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org")
     assert condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded")  # the CRD and its MPIJobs stay

@@ -64,6 +64,7 @@ from scale_bench import (  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster, upstream  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
+from render import names  # noqa: E402
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 SUBMIT_THREADS = 16
@@ -87,7 +88,8 @@ FIGURES = (
 def live_workers(core: client.CoreV1Api) -> int:
     """Pending or Running worker pods not yet deleted: the jobs' cleanPodPolicy is Running, so each goes
     once its job ends (a worker that kwok ended on its own is not the operator's to delete)."""
-    pods = core.list_namespaced_pod(NAMESPACE, label_selector="training.kubeflow.org/job-role=worker").items
+    selector = f"{names.LABEL_JOB_ROLE}={names.ROLE_WORKER}"
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
     return sum(
         1
         for p in pods
@@ -129,12 +131,6 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pods = args.jobs * (args.workers + 1)
     nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True), work_dir=work / which)
-    pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
-    if args.queue_qps:
-        pinned += [
-            f"--controller-queue-rate-limit={args.queue_qps:g}",
-            f"--controller-queue-burst={args.queue_burst}",
-        ]
     print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
@@ -153,12 +149,12 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
             kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
             op = upstream.UpstreamOperator(
-                cluster.write_user_kubeconfig(user), work / f"{which}.log", "", *pinned
+                cluster.write_user_kubeconfig(user), work / f"{which}.log", "", *args.pinned
             )
         else:
             user = SA_USER
             op = OperatorRunner(
-                cluster.write_user_kubeconfig(user), work / f"{which}.log", *pinned, log_format="json"
+                cluster.write_user_kubeconfig(user), work / f"{which}.log", *args.pinned, log_format="json"
             )
         op.start()
         status, launchers = StatusWatcher(cluster.api_client()), LauncherWatcher(cluster.api_client())
@@ -205,7 +201,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     break
             time.sleep(1)
         hwm, cpu = proc_stats(op.pid)
-        writes = AuditTail(cluster.audit_log, user).read()
+        writes = audit.read()
         leases = sum(n for key, n in writes.items() if key.endswith(" leases"))
         total = sum(writes.values()) - leases
         figures = {
@@ -263,15 +259,17 @@ def main() -> int:
         args.burst = max(1, int(2 * args.qps))
     if args.queue_qps < 0:
         parser.error("--queue-qps must not be negative")
-    args.queue_burst = max(100, int(args.queue_qps))
+    # The same flags for both operators (upstream's names, which ours shares).
+    args.pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
+    if args.queue_qps:
+        queue_burst = max(100, int(args.queue_qps))
+        args.pinned += [
+            f"--controller-queue-rate-limit={args.queue_qps:g}",
+            f"--controller-queue-burst={queue_burst}",
+        ]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    pinned = f" --kube-api-qps={args.qps:g} --kube-api-burst={args.burst}" if args.qps else ""
-    if args.queue_qps:
-        pinned += (
-            f" --controller-queue-rate-limit={args.queue_qps:g} --controller-queue-burst={args.queue_burst}"
-        )
-    pinned = f" (both pinned:{pinned})" if pinned else ""
+    pinned = f" (both pinned: {' '.join(args.pinned)})" if args.pinned else ""
     print(
         f"== {args.jobs} MPIJobs x {args.workers} workers through each operator{pinned}; logs in {work}",
         flush=True,

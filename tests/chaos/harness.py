@@ -26,6 +26,7 @@ from kubernetes.client import ApiException
 from localcluster import ClusterSpec, LocalCluster, pki
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
+from reconcile.engine.differ import controller_uid
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
 from tests.e2e.support import kubectl
 
@@ -463,10 +464,9 @@ def stored_creates(
     # seconds, so never later than the create), if it lives and belongs to one of this run's jobs.
     unlogged = 0
     for key in sorted(conflicted - set(creates)):
-        meta = (live.get(key) or {}).get("metadata") or {}
-        refs = [r for r in meta.get("ownerReferences") or () if r.get("controller")]
-        if refs and refs[0].get("uid") in job_uids:
-            stamp = meta["creationTimestamp"]
+        obj = live.get(key) or {}
+        if controller_uid(obj) in job_uids:
+            stamp = obj["metadata"]["creationTimestamp"]
             creates[key].append({"requestReceivedTimestamp": stamp, "stageTimestamp": stamp})
             unlogged += 1
     return creates, {"creates_timed_out_but_stored": timed_out_stored, "creates_stored_unlogged": unlogged}

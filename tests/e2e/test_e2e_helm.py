@@ -46,14 +46,18 @@ def wait(fn, what: str, timeout: float = 90):
     return wait_for(fn, what, timeout, 0.3)
 
 
-def exists(kube: Kube, path: str) -> bool:
+def read(kube: Kube, path: str) -> dict | None:
+    """The object at ``path``, None if there is none."""
     try:
-        kube.request("GET", path)
+        return kube.request("GET", path)
     except Exception as err:
         if getattr(err, "status", None) == 404:
-            return False
+            return None
         raise
-    return True
+
+
+def exists(kube: Kube, path: str) -> bool:
+    return read(kube, path) is not None
 
 
 def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_path):
@@ -108,14 +112,9 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
         wait(lambda path=path: not exists(kube, path), f"{path} removed by helm uninstall")
 
     def admin_gone_or_recreated() -> bool:
-        try:
-            role = kube.request("GET", admin)
-        except Exception as err:
-            if getattr(err, "status", None) == 404:
-                return True
-            raise
+        role = read(kube, admin)
         # re-created by the aggregation controller: not the release's any more
-        return "meta.helm.sh/release-name" not in (role["metadata"].get("annotations") or {})
+        return role is None or "meta.helm.sh/release-name" not in (role["metadata"].get("annotations") or {})
 
     wait(
         admin_gone_or_recreated,

@@ -432,6 +432,29 @@ def operator_samples(op: OperatorRunner) -> tuple[float, float]:
     return throttled, limit
 
 
+def start_profiler(pid: int, output: str) -> subprocess.Popen[bytes]:
+    """py-spy's on-CPU samples of the process's threads holding the GIL, in its raw format (one folded stack
+    per line) until the process exits."""
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "50",
+            "--format",
+            "raw",
+            "--output",
+            output,
+            "--nonblocking",
+            "--gil",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200)
@@ -506,27 +529,7 @@ def main() -> int:
         kubeconfig = cluster.write_user_kubeconfig(SA_USER)
         operator = OperatorRunner(kubeconfig, work / "operator.log", *args.operator_arg, log_format="json")
         operator.start()
-        profiler = None
-        if args.profile:
-            # on-CPU samples of the operator process (py-spy's raw format: one folded stack per line)
-            profiler = subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "py-spy"),
-                    "record",
-                    "--pid",
-                    str(operator.pid),
-                    "--rate",
-                    "50",
-                    "--format",
-                    "raw",
-                    "--output",
-                    args.profile,
-                    "--nonblocking",
-                    "--gil",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+        profiler = start_profiler(operator.pid, args.profile) if args.profile else None
         idle = requests(operator)
         watcher = StatusWatcher(cluster.api_client())
         watcher.start()

@@ -31,6 +31,7 @@ import contextlib
 import json
 import math
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +58,7 @@ from scale_bench import (  # noqa: E402
     kubectl,
     mpijob,
     proc_stats,
+    start_profiler,
     submit,
     user_client,
 )
@@ -134,6 +136,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
+    profiler: subprocess.Popen[bytes] | None = None
     watchers: list[StatusWatcher] = []
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
@@ -157,6 +160,8 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 cluster.write_user_kubeconfig(user), work / f"{which}.log", *args.pinned, log_format="json"
             )
         op.start()
+        if which == "ours" and args.profile:
+            profiler = start_profiler(op.pid, str(args.profile))
         status, launchers = StatusWatcher(cluster.api_client()), LauncherWatcher(cluster.api_client())
         watchers = [status, launchers]
         for w in watchers:
@@ -201,6 +206,13 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     break
             time.sleep(1)
         hwm, cpu = proc_stats(op.pid)
+        syncs = None
+        if isinstance(op, OperatorRunner):
+            syncs = sum(
+                v
+                for (name, _), v in op.metrics().items()
+                if name == "mpi_operator_reconcile_duration_seconds_count"
+            )
         writes = audit.read()
         leases = sum(n for key, n in writes.items() if key.endswith(" leases"))
         total = sum(writes.values()) - leases
@@ -217,6 +229,8 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "rss_mib": max(peak, hwm) / 2**20,
             "workers_left": left,
         }
+        if syncs is not None:  # upstream counts none
+            figures["syncs_per_job"] = syncs / args.jobs
         print(f"   {which}: {json.dumps(figures)}", flush=True)
         return figures
     finally:
@@ -224,6 +238,8 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             w.stop_event.set()
         if op is not None:
             op.stop()
+        if profiler is not None:
+            profiler.wait(timeout=60)
         cluster.stop()
 
 
@@ -251,6 +267,17 @@ def main() -> int:
         default=0,
         help="pin both operators' work queue to this many keys per second (--controller-queue-rate-limit; "
         "upstream's default 10 reserves a slot for every watch event, so 1,000 x 8 waits an hour for it)",
+    )
+    parser.add_argument(
+        "--upstream-from",
+        type=Path,
+        help="take upstream's figures from an earlier --save of the same size and flags instead of running "
+        "it again (upstream's side takes most of the time at the defaults); only ours runs",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write py-spy's samples of our operator's threads holding the GIL here (raw; needs py-spy)",
     )
     args = parser.parse_args()
     if args.qps < 0 or (args.qps and args.burst < 0):
@@ -281,14 +308,24 @@ def main() -> int:
         "burst": args.burst,
         "queue_qps": args.queue_qps,
     }
-    for which in ("upstream", "ours"):
-        result[which] = run_one(which, args, work)
+    if args.upstream_from is not None:
+        earlier = json.loads(args.upstream_from.read_text())
+        same = ("jobs", "workers", "qps", "burst", "queue_qps")
+        if any(earlier.get(k) != result[k] for k in same):
+            parser.error(f"--upstream-from {args.upstream_from}: not a run of the same {', '.join(same)}")
+        result["upstream"] = earlier["upstream"]
+        print(f"upstream: the figures saved in {args.upstream_from}", flush=True)
+    else:
+        result["upstream"] = run_one("upstream", args, work)
+    result["ours"] = run_one("ours", args, work)
     up, ours = result["upstream"], result["ours"]
     print(f"\n{'':44} {'upstream':>10} {'ours':>10} {'ours/upstream':>14}")
     for key, label in FIGURES:
         a, b = ours[key], up[key]
         show = [f"{v:10.1f}" if isinstance(v, (int, float)) else f"{'-':>10}" for v in (b, a)]
         print(f"{label:44} {show[0]} {show[1]} {ratio(a, b):>14}")
+    if "syncs_per_job" in ours:
+        print(f"{'syncs per job (ours)':44} {'':>10} {ours['syncs_per_job']:10.1f}")
     for which in ("upstream", "ours"):
         print(f"{which} writes: {result[which]['writes']}, and {result[which]['lease_writes']} Lease writes")
     if args.save:

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import random
 import signal
 import socket
 import ssl
@@ -20,9 +21,37 @@ import attrs
 _PR_SET_PDEATHSIG = 1
 
 
+# Ports handed out by this process: never handed out twice, though each is free until its server binds it.
+_handed_out: set[int] = set()
+_LISTEN_PORTS_FROM = 10000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A currently free TCP port on 127.0.0.1 for a server started next, picked below the kernel's
+    ephemeral range: a port from that range can be taken by any outgoing connection's source port in the
+    moment between this check and the server's bind (a control-plane start failed on it)."""
+    low, _ = _ephemeral_range()
+    candidates = list(range(_LISTEN_PORTS_FROM, low))
+    random.shuffle(candidates)
+    for port in candidates:
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room below it: the kernel picks
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

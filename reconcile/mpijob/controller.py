@@ -7,7 +7,6 @@ everything from the caches, so a sync is level-based and any number of them conv
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import threading
 import time
@@ -495,8 +494,7 @@ class Controller:
         return managedfields.slim(found)
 
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-        body = copy.deepcopy(obj)
-        body["status"] = status
+        body = {**obj, "status": status}  # serialized as it is sent: no copy of the rest needed
         updated = self.kube.replace(MPIJOB, body, subresource="status")
         updated.setdefault("apiVersion", MPIJOB.api_version)
         updated.setdefault("kind", MPIJOB.kind)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ _CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime")
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(status or {}))
+    out = dict(status or {})  # a shallow copy: nothing below writes into the values it shares
     conditions = [
         {k: v for k, v in c.items() if k not in _CONDITION_TIMES} for c in out.get("conditions") or ()
     ]

@@ -3,8 +3,11 @@
 Objects stay plain dicts (``_preload_content=False`` style: raw bytes and ``json.loads``), never the
 client's typed models, which cost several times the memory and drop unknown fields.
 
-``Kube`` also wraps the ``ApiClient``'s REST layer, so every request made through that client (ours, the
-executor's typed calls, anything else) passes one ``AdaptiveLimiter`` (no fixed limit by default, or
+Requests of ``Kube`` go straight to the ``ApiClient``'s urllib3 connection pool for the API server, with
+orjson bodies: the REST client's ``json.dumps``, its pool manager's URL parse and pool lookup, and the
+classification of a URL it already knew cost a quarter of the client's CPU per write. ``Kube`` also wraps
+the ``ApiClient``'s REST layer, so every request (ours, and anything else sent through that client) passes
+one ``AdaptiveLimiter`` (no fixed limit by default, or
 ``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429
 is retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and
 every request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
@@ -14,6 +17,7 @@ counted with code ``fenced``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -23,6 +27,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import attrs
 import orjson
+import urllib3
 from kubernetes import config as kubeconfig
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
@@ -36,6 +41,9 @@ JSON_PATCH = "application/json-patch+json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 DISCOVERY_BURST = 100
 MAX_RETRIES = 5  # retries of one request the server throttled (429, or a 5xx with Retry-After)
+# urllib3 retries a failed connection; a throttled answer comes back to Kube, which counts it and waits
+# on its limiter (urllib3 would sleep out Retry-After itself, unseen).
+_TRANSPORT_RETRIES = urllib3.Retry(total=3, redirect=False, respect_retry_after_header=False)
 
 
 @attrs.frozen
@@ -128,7 +136,13 @@ class ApiError(ApiException):
 def classify(method: str, url: str) -> tuple[str, str]:
     """(verb, kind) of a request URL, as the request metric labels it."""
     parts = urlsplit(url)
-    segs = [s for s in parts.path.split("/") if s]
+    watch = parse_qs(parts.query).get("watch", [""])[0] in ("1", "true")
+    return classify_path(method, parts.path, watch)
+
+
+def classify_path(method: str, path: str, watch: bool = False) -> tuple[str, str]:
+    """(verb, kind) of a request path without its query."""
+    segs = [s for s in path.split("/") if s]
     if segs[:1] == ["api"]:
         rest = segs[2:]
     elif segs[:1] == ["apis"]:
@@ -147,10 +161,7 @@ def classify(method: str, url: str) -> tuple[str, str]:
         kind = f"{kind}/{sub}"
     m = method.upper()
     if m == "GET":
-        if parse_qs(parts.query).get("watch", [""])[0] in ("1", "true"):
-            verb = "watch"
-        else:
-            verb = "get" if named else "list"
+        verb = "watch" if watch else ("get" if named else "list")
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(m, m.lower())
         if m == "DELETE" and not named:
@@ -180,25 +191,26 @@ class Kube:
         self._discovery_limiter = AdaptiveLimiter(qps if qps > 0 else None, max(burst, DISCOVERY_BURST))
         self._on_request = on_request
         self.fence = fence
+        self._timeouts: dict[Any, urllib3.Timeout] = {}
         self._instrument()
 
-    # -- throttle and count every request of this ApiClient -----------------------------------------
-    def _instrument(self) -> None:
-        rest = self.api_client.rest_client
-        if getattr(rest, "_mpi_operator_wrapped", False):
-            return
-        inner = rest.request
-        main_limiter, discovery_limiter = self.limiter, self._discovery_limiter
-        on_request = self._on_request
-        fence = self.fence
-
-        def send(method: str, url: str, verb: str, kind: str, args: Any, kwargs: Any) -> Any:
+    # -- throttle and count every request ----------------------------------------------------------
+    def _throttled(self, method: str, verb: str, kind: str, send: Callable[[], Any]) -> Any:
+        """One request through the limiter (and, for a write, the fence); counted; a 429 (or a 5xx with
+        Retry-After) sent again after the wait the server asked for."""
+        limiter = self._discovery_limiter if kind == "discovery" else self.limiter
+        on_request, fence = self._on_request, self.fence
+        attempt = 0
+        while True:
+            limiter.wait()
+            started = time.monotonic()
             try:
                 if fence is None or method.upper() in READS:
-                    return inner(method, url, *args, **kwargs)
-                # checked after the rate limiter's wait: the fence may have closed meanwhile
-                with fence.write(f"{verb} {kind}"):
-                    return inner(method, url, *args, **kwargs)
+                    resp = send()
+                else:
+                    # checked after the rate limiter's wait: the fence may have closed meanwhile
+                    with fence.write(f"{verb} {kind}"):
+                        resp = send()
             except NotLeader:
                 if on_request is not None:
                     on_request(verb, kind, "fenced")
@@ -207,27 +219,29 @@ class Kube:
                 if on_request is not None:
                     on_request(verb, kind, "error")
                 raise
+            code = int(getattr(resp, "status", 200) or 200)
+            retry_after = retry_after_seconds(_header(resp, "Retry-After"))
+            # a watch's latency is its whole life: only its answer code counts
+            latency = None if verb == "watch" else time.monotonic() - started
+            limiter.observe(latency, code, retry_after)
+            if on_request is not None:
+                on_request(verb, kind, str(code))
+            throttled = code == 429 or (code >= 500 and retry_after is not None)
+            if not throttled or verb == "watch" or attempt >= MAX_RETRIES:
+                return resp
+            attempt += 1
+            _drain(resp)
+
+    def _instrument(self) -> None:
+        """Requests sent through the ApiClient's REST layer by anyone else pass the same door."""
+        rest = self.api_client.rest_client
+        if getattr(rest, "_mpi_operator_wrapped", False):
+            return
+        inner = rest.request
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             verb, kind = classify(method, url)
-            limiter = discovery_limiter if kind == "discovery" else main_limiter
-            attempt = 0
-            while True:
-                limiter.wait()
-                started = time.monotonic()
-                resp = send(method, url, verb, kind, args, kwargs)
-                code = int(getattr(resp, "status", 200) or 200)
-                retry_after = retry_after_seconds(_header(resp, "Retry-After"))
-                # a watch's latency is its whole life: only its answer code counts
-                latency = None if verb == "watch" else time.monotonic() - started
-                limiter.observe(latency, code, retry_after)
-                if on_request is not None:
-                    on_request(verb, kind, str(code))
-                throttled = code == 429 or (code >= 500 and retry_after is not None)
-                if not throttled or verb == "watch" or attempt >= MAX_RETRIES:
-                    return resp
-                attempt += 1
-                _drain(resp)
+            return self._throttled(method, verb, kind, lambda: inner(method, url, *args, **kwargs))
 
         rest.request = request
         rest._mpi_operator_wrapped = True
@@ -242,18 +256,52 @@ class Kube:
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
     ) -> Any:
-        # Straight to the REST client: the generated ApiClient's param_serialize would walk and copy every
-        # body (sanitize_for_serialization), CPU spent on plain dicts that are already JSON-ready.
+        """The answer as urllib3's response, its body not read yet. The generated ApiClient is skipped: its
+        param_serialize walks and copies every body (sanitize_for_serialization), CPU spent on plain dicts
+        that are already JSON-ready."""
         api = self.api_client
         headers = {"Accept": "application/json", **api.default_headers}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
-        url = api.configuration.host + path
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None and v != ""]
-        if params:
-            url += "?" + "&".join(f"{k}={quote(v)}" for k, v in params)
-        return api.rest_client.request(method, url, headers=headers, body=body, _request_timeout=timeout)
+        target = path + ("?" + "&".join(f"{k}={quote(v)}" for k, v in params) if params else "")
+        pool = self._pool
+        if pool is None:
+            url = api.configuration.host + target
+            resp = api.rest_client.request(method, url, headers=headers, body=body, _request_timeout=timeout)
+            return resp.response
+        data = None if body is None else orjson.dumps(body)
+        verb, kind = classify_path(method, path, bool(query and query.get("watch")))
+        return self._throttled(
+            method,
+            verb,
+            kind,
+            lambda: pool.urlopen(
+                method,
+                pool.prefix + target,  # type: ignore[attr-defined]
+                body=data,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                preload_content=False,
+                retries=_TRANSPORT_RETRIES,
+                assert_same_host=False,
+            ),
+        )
+
+    @functools.cached_property
+    def _pool(self) -> urllib3.HTTPConnectionPool | None:
+        return _direct_pool(self.api_client)
+
+    def _timeout(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
+        found = self._timeouts.get(timeout)
+        if found is None:
+            if isinstance(timeout, tuple):
+                found = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            else:
+                found = urllib3.Timeout(total=timeout)
+            self._timeouts[timeout] = found
+        return found
 
     def request(
         self,
@@ -266,7 +314,7 @@ class Kube:
         timeout: float | tuple[float, float] | None = 30,
     ) -> dict[str, Any]:
         resp = self._call(method, path, query, body, content_type, timeout)
-        data = resp.read()
+        data = resp.data
         if not 200 <= resp.status <= 299:
             raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
         return orjson.loads(data) if data else {}
@@ -279,11 +327,10 @@ class Kube:
         on_open: Callable[[Any], None] | None = None,
     ) -> Iterator[bytes]:
         """A watch: yields one JSON line per event until the server ends the stream."""
-        resp = self._call("GET", path, query, None, None, timeout)
-        raw = resp.response
-        if not 200 <= resp.status <= 299:
-            data = resp.read()
-            raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
+        raw = self._call("GET", path, query, None, None, timeout)
+        if not 200 <= raw.status <= 299:
+            data = raw.data
+            raise ApiError(raw.status, raw.reason or "", data.decode("utf-8", "replace") if data else "")
         if on_open is not None:
             on_open(raw)
         buf = b""
@@ -388,11 +435,29 @@ def _drain(resp: Any) -> None:
     """Read a response we retry, so its connection goes back to the pool."""
     try:
         resp.read()
-        release = getattr(getattr(resp, "response", None), "release_conn", None)
+        raw = getattr(resp, "response", resp)  # the REST client's wrapper, or urllib3's own
+        release = getattr(raw, "release_conn", None)
         if release is not None:
             release()
     except Exception:
         pass
+
+
+def _direct_pool(api: ApiClient) -> urllib3.HTTPConnectionPool | None:
+    """The ApiClient's connection pool for its API server (TLS settings, proxy tunnel and all), or None
+    when requests must go through its REST layer: a plain-HTTP server behind a proxy takes absolute URLs,
+    and a stand-in REST layer has no pool."""
+    manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    if not isinstance(manager, urllib3.PoolManager):
+        return None
+    host = urllib3.util.parse_url(api.configuration.host)
+    if not host.host:
+        return None
+    if isinstance(manager, urllib3.ProxyManager) and host.scheme != "https":
+        return None
+    pool = manager.connection_from_url(api.configuration.host)
+    pool.prefix = (host.path or "").rstrip("/")  # type: ignore[attr-defined]
+    return pool
 
 
 def is_status(err: BaseException, *codes: int) -> bool:

@@ -1,15 +1,17 @@
 """L0: the operator runner's parts that need no cluster: /metrics parsing, teardown by PID only while
-the PID is still the process we started."""
+the PID is still the process we started, the ports handed to the servers it starts."""
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from pathlib import Path
 
+from localcluster import processes
 from localcluster.operator import OperatorRunner, parse_metrics, stop_recorded
-from localcluster.processes import spawn, start_time
+from localcluster.processes import free_port, spawn, start_time
 
 METRICS = """\
 # HELP mpi_operator_is_leader Is this replica the leader
@@ -63,3 +65,14 @@ def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
     finally:
         runner.stop(timeout=5)
     assert not runner.alive()
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice() -> None:
+    low, _ = processes._ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    if low > processes._LISTEN_PORTS_FROM:
+        # no outgoing connection's source port can take them before the server binds
+        assert all(processes._LISTEN_PORTS_FROM <= p < low for p in ports)
+    with socket.socket() as held:  # each is bindable when handed out
+        held.bind(("127.0.0.1", ports[-1]))

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.processes import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -58,12 +60,6 @@ def one_failure_line(lines: list[str]) -> dict:
     assert len(failures) == 1, lines
     assert not any("Traceback" in line for line in lines), lines
     return failures[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

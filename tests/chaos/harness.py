@@ -44,6 +44,10 @@ UA = re.compile(r"^mpi-operator(/leader-election)? \((?P<id>[^)]+)\)")
 CHILD_PLURALS = ("pods", "services", "configmaps", "secrets", "jobs")
 
 
+# An audit-like record made from an object's creationTimestamp (whole seconds), not from the audit log.
+WHOLE_SECOND = "wholeSecond"
+
+
 def ts(text: str) -> float:
     """An audit timestamp (RFC 3339, microseconds) as epoch seconds."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -460,16 +464,46 @@ def stored_creates(
             creates[key].append(e)
     timed_out_stored = sum(1 for k in timed_out if creates.get(k) == [timed_out[k]])
     # A kube-apiserver killed after etcd stored a create but before its ResponseComplete record: the
-    # operator's retry met AlreadyExists. The object counts as created, at its creationTimestamp (whole
-    # seconds, so never later than the create), if it lives and belongs to one of this run's jobs.
+    # operator's retry met AlreadyExists. The object counts as created, at its creationTimestamp, if it
+    # lives and belongs to one of this run's jobs. That stamp has whole seconds: the create was received
+    # within the second that follows it (marked, for the order check).
     unlogged = 0
     for key in sorted(conflicted - set(creates)):
         obj = live.get(key) or {}
         if controller_uid(obj) in job_uids:
             stamp = obj["metadata"]["creationTimestamp"]
-            creates[key].append({"requestReceivedTimestamp": stamp, "stageTimestamp": stamp})
+            record = {"requestReceivedTimestamp": stamp, "stageTimestamp": stamp, WHOLE_SECOND: True}
+            creates[key].append(record)
             unlogged += 1
     return creates, {"creates_timed_out_but_stored": timed_out_stored, "creates_stored_unlogged": unlogged}
+
+
+def launcher_order(
+    job: str, wanted: Mapping[tuple[str, str], str], creates: Mapping[tuple[str, str], list[dict[str, Any]]]
+) -> tuple[list[str], list[str]]:
+    """(children never created, the launcher's create received before a dependency was stored) of one job.
+    A launcher create known only to the second counts as received at the end of that second: a dependency
+    stored within it may have come first."""
+    lost: list[str] = []
+    deps_done = []
+    launcher_at = None
+    for key, role in wanted.items():
+        made = creates.get(key)
+        if not made:
+            lost.append(f"{key[0]}/{key[1]} never created")
+            continue
+        if role == "launcher":
+            received = ts(made[0]["requestReceivedTimestamp"])
+            launcher_at = received + 1.0 if made[0].get(WHOLE_SECOND) else received
+        else:
+            deps_done.append((ts(made[0]["stageTimestamp"]), key))
+    early: list[str] = []
+    if launcher_at is not None:
+        late = [f"{k[0]}/{k[1]}" for t, k in deps_done if t > launcher_at]
+        missing = len(deps_done) < len(wanted) - 1
+        if late or missing:
+            early.append(f"{job}: launcher before {late or 'a missing dependency'}")
+    return lost, early
 
 
 def check(
@@ -515,23 +549,9 @@ def check(
             report.duplicates.append(f"{plural}/{name} created {len(made)} times")
 
     for job in uids:
-        wanted = wanted_children(job, workers)
-        deps_done = []
-        launcher_at = None
-        for key, role in wanted.items():
-            made = creates.get(key)
-            if not made:
-                report.lost.append(f"{key[0]}/{key[1]} never created")
-                continue
-            if role == "launcher":
-                launcher_at = ts(made[0]["requestReceivedTimestamp"])
-            else:
-                deps_done.append((ts(made[0]["stageTimestamp"]), key))
-        if launcher_at is not None:
-            late = [f"{k[0]}/{k[1]}" for t, k in deps_done if t > launcher_at]
-            missing = len(deps_done) < len(wanted) - 1
-            if late or missing:
-                report.launcher_before_deps.append(f"{job}: launcher before {late or 'a missing dependency'}")
+        lost, early = launcher_order(job, wanted_children(job, workers), creates)
+        report.lost += lost
+        report.launcher_before_deps += early
 
     # orphans: children of no job of ours, and workers left running after their job finished
     job_uids = set(uids.values())

@@ -1,11 +1,12 @@
 """The chaos tier's count of what the operator created, from the audit log and the objects left: a create
-whose record the killed API server never wrote still counts once, and only for an object of this run."""
+whose record the killed API server never wrote still counts once, and only for an object of this run; and
+its check that a job's launcher comes after its dependencies."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.chaos.harness import stored_creates
+from tests.chaos.harness import launcher_order, stored_creates, wanted_children
 
 UID = "uid-a"
 
@@ -53,3 +54,31 @@ def test_a_timed_out_create_counts_if_the_object_exists() -> None:
     creates, extra = stored_creates(writes, live, {UID})
     assert set(creates) == {("jobs", "l")}
     assert extra == {"creates_timed_out_but_stored": 1, "creates_stored_unlogged": 0}
+
+
+def _made(at: str) -> list[dict[str, Any]]:
+    return [{"requestReceivedTimestamp": at, "stageTimestamp": at}]
+
+
+def test_a_launcher_known_only_to_the_second_may_follow_deps_stored_within_it() -> None:
+    wanted = wanted_children("a", 2)
+    deps = {key: _made("2026-12-04T21:00:00.300000Z") for key, role in wanted.items() if role == "dep"}
+    # the launcher's create, unlogged, after its deps in the same second: its creationTimestamp rounds down
+    live = {("jobs", "a-launcher"): _live("a-launcher", created="2026-12-04T21:00:00Z")}
+    creates, _ = stored_creates([_create("jobs", "a-launcher", 409)], live, {UID})
+    assert launcher_order("a", wanted, {**deps, **creates}) == ([], [])
+    # a dependency stored in a later second did come after the launcher
+    late = {**deps, ("pods", "a-worker-1"): _made("2026-12-04T21:00:01.200000Z")}
+    early = ["a: launcher before ['pods/a-worker-1']"]
+    assert launcher_order("a", wanted, {**late, **creates}) == ([], early)
+
+
+def test_a_launcher_logged_before_a_dependency_was_stored_is_reported() -> None:
+    wanted = wanted_children("a", 1)
+    made = {key: _made("2026-12-04T21:00:00.300000Z") for key in wanted}
+    made[("jobs", "a-launcher")] = _made("2026-12-04T21:00:00.200000Z")
+    lost, early = launcher_order("a", wanted, made)
+    assert lost == [] and len(early) == 1 and "services/a" in early[0]
+    del made[("secrets", "a-ssh")]
+    lost, early = launcher_order("a", wanted, made)
+    assert lost == ["secrets/a-ssh never created"] and len(early) == 1

@@ -86,6 +86,13 @@ FIGURES = (
     ("workers_left", "workers still Running 60 s after the last write"),
 )
 
+# Figures only ours reports, from its /metrics.
+OWN_FIGURES = (
+    ("syncs_per_job", "syncs per job"),
+    ("watch_events_per_job", "watch events per job"),
+    ("watch_kib_per_job", "watch KiB per job"),
+)
+
 
 def live_workers(core: client.CoreV1Api) -> int:
     """Pending or Running worker pods not yet deleted: the jobs' cleanPodPolicy is Running, so each goes
@@ -206,13 +213,18 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     break
             time.sleep(1)
         hwm, cpu = proc_stats(op.pid)
-        syncs = None
+        own: dict[str, Any] = {}  # what only ours counts of itself
         if isinstance(op, OperatorRunner):
-            syncs = sum(
-                v
-                for (name, _), v in op.metrics().items()
-                if name == "mpi_operator_reconcile_duration_seconds_count"
-            )
+            for (name, labels), v in op.metrics().items():
+                if name in ("mpi_operator_watch_events_total", "mpi_operator_watch_event_bytes_total"):
+                    by_kind = own.setdefault(name.removeprefix("mpi_operator_").removesuffix("_total"), {})
+                    by_kind[dict(labels).get("kind", "")] = v
+                if name == "mpi_operator_reconcile_duration_seconds_count":
+                    own["syncs_per_job"] = own.get("syncs_per_job", 0.0) + v / args.jobs
+                elif name == "mpi_operator_watch_events_total":
+                    own["watch_events_per_job"] = own.get("watch_events_per_job", 0.0) + v / args.jobs
+                elif name == "mpi_operator_watch_event_bytes_total":
+                    own["watch_kib_per_job"] = own.get("watch_kib_per_job", 0.0) + v / 1024 / args.jobs
         writes = audit.read()
         leases = sum(n for key, n in writes.items() if key.endswith(" leases"))
         total = sum(writes.values()) - leases
@@ -229,8 +241,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "rss_mib": max(peak, hwm) / 2**20,
             "workers_left": left,
         }
-        if syncs is not None:  # upstream counts none
-            figures["syncs_per_job"] = syncs / args.jobs
+        figures.update(own)
         print(f"   {which}: {json.dumps(figures)}", flush=True)
         return figures
     finally:
@@ -324,8 +335,9 @@ def main() -> int:
         a, b = ours[key], up[key]
         show = [f"{v:10.1f}" if isinstance(v, (int, float)) else f"{'-':>10}" for v in (b, a)]
         print(f"{label:44} {show[0]} {show[1]} {ratio(a, b):>14}")
-    if "syncs_per_job" in ours:
-        print(f"{'syncs per job (ours)':44} {'':>10} {ours['syncs_per_job']:10.1f}")
+    for key, label in OWN_FIGURES:
+        if key in ours:
+            print(f"{label + ' (ours)':44} {'':>10} {ours[key]:10.1f}")
     for which in ("upstream", "ours"):
         print(f"{which} writes: {result[which]['writes']}, and {result[which]['lease_writes']} Lease writes")
     if args.save:

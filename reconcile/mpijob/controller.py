@@ -111,6 +111,7 @@ class Controller:
                 label_selector=selector,
                 on_error=self._list_watch_error,
                 transform=transform_for(res.group, res.kind),
+                on_event=metrics.watch_counter(res.kind),
             )
 
         self.mpijobs = informer(MPIJOB, None)

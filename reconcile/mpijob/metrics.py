@@ -116,6 +116,18 @@ class Metrics:
             ["verb", "kind", "code"],
             registry=r,
         )
+        self.watch_events = Counter(
+            "mpi_operator_watch_events",
+            "Watch events received, by kind of object",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_event_bytes = Counter(
+            "mpi_operator_watch_event_bytes",
+            "Bytes of the watch events received (JSON, before decoding), by kind of object",
+            ["kind"],
+            registry=r,
+        )
         self.transient_errors = Counter(
             "mpi_operator_transient_errors",
             "Failed list/watch and start-up requests, retried with back-off, by source and HTTP code",
@@ -171,6 +183,16 @@ class Metrics:
         if labels is not None:
             with contextlib.suppress(KeyError):
                 self.job_info.remove(*labels)
+
+    def watch_counter(self, kind: str) -> Callable[[int], None]:
+        """What an informer calls with each watch event's size: both counters' children bound once."""
+        events, size = self.watch_events.labels(kind=kind), self.watch_event_bytes.labels(kind=kind)
+
+        def seen(n: int) -> None:
+            events.inc()
+            size.inc(n)
+
+        return seen
 
     def count_jobs_of(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
         """Count the MPIJobs ``source`` lists (a controller's cache) in ``mpi_operator_jobs``."""

@@ -169,9 +169,11 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (0.8, 30.0),
         transform: Callable[[Obj], Obj] | None = None,
+        on_event: Callable[[int], None] | None = None,
     ) -> None:
         """``transform``: what of each object the cache keeps (client-go's SetTransform), applied after
-        the subresource managedFields entries are dropped (reconcile.mpijob.cacheform)."""
+        the subresource managedFields entries are dropped (reconcile.mpijob.cacheform). ``on_event``: told
+        the size in bytes of each watch event received."""
         self.kube = kube
         self.resource = resource
         self.namespace = namespace or None
@@ -185,6 +187,7 @@ class Informer:
         self._watch_timeout = watch_timeout
         self._backoff = backoff
         self._transform = transform
+        self._on_event = on_event
         self._synced = threading.Event()
         self._rv = ""
         self._stream: Any = None
@@ -316,9 +319,12 @@ class Informer:
                 timeout=(10, timeout + 30),
                 on_open=self._opened,
             )
+            on_event = self._on_event
             for line in lines:
                 if self._stop.is_set():
                     return
+                if on_event is not None:
+                    on_event(len(line))
                 self._handle(orjson.loads(line))
         finally:
             self._stream = None

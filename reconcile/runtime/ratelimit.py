@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 
 Clock = Callable[[], float]
@@ -170,7 +171,7 @@ class AdaptiveLimiter:
         self._stamp = clock()
         self._pause_until = 0.0
         self._changed = -ADJUST_EVERY
-        self._done: list[float] = []  # completion times within the last second (achieved rate)
+        self._done: deque[float] = deque()  # completion times within the last second (achieved rate)
         self._fast: float | None = None  # EWMA of request latency
         self._base: float | None = None  # baseline latency: a minimum that rises slowly
         self._base_stamp = 0.0
@@ -203,8 +204,10 @@ class AdaptiveLimiter:
         """One answer: its latency (None for a watch, whose answer time says nothing), code, Retry-After."""
         with self._lock:
             now = self._clock()
-            self._done = [t for t in self._done if now - t < 1.0]
-            self._done.append(now)
+            done = self._done
+            while done and now - done[0] >= 1.0:  # oldest first: amortized O(1) per answer
+                done.popleft()
+            done.append(now)
             achieved = float(len(self._done))
             if code == 429 or (code >= 500 and retry_after is not None):
                 if code == 429:

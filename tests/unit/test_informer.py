@@ -103,6 +103,17 @@ def test_informer_lists_watches_and_relists_on_410():
     assert inf.store.get("ns/a")["kind"] == "Pod"
 
 
+def test_every_watch_event_is_counted_with_its_size():
+    stream = [
+        {"type": "MODIFIED", "object": pod("a", 11)},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+    ]
+    kube = ListWatchKube(pages=[{"metadata": {"resourceVersion": "10"}, "items": []}], streams=[stream])
+    seen: list[int] = []
+    inf, _ = run_informer(kube, lambda inf, ev: len(seen) >= 2, on_event=seen.append)
+    assert seen == [len(json.dumps(e).encode()) for e in stream]
+
+
 def test_informer_resumes_from_bookmark_after_error():
     kube = ListWatchKube(
         pages=[{"metadata": {"resourceVersion": "10"}, "items": []}],

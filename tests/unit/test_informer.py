@@ -110,7 +110,7 @@ def test_every_watch_event_is_counted_with_its_size():
     ]
     kube = ListWatchKube(pages=[{"metadata": {"resourceVersion": "10"}, "items": []}], streams=[stream])
     seen: list[int] = []
-    inf, _ = run_informer(kube, lambda inf, ev: len(seen) >= 2, on_event=seen.append)
+    run_informer(kube, lambda inf, ev: len(seen) >= 2, on_event=seen.append)
     assert seen == [len(json.dumps(e).encode()) for e in stream]
 
 

@@ -136,8 +136,12 @@ class ApiError(ApiException):
 def classify(method: str, url: str) -> tuple[str, str]:
     """(verb, kind) of a request URL, as the request metric labels it."""
     parts = urlsplit(url)
-    watch = parse_qs(parts.query).get("watch", [""])[0] in ("1", "true")
-    return classify_path(method, parts.path, watch)
+    return classify_path(method, parts.path, _is_watch(parse_qs(parts.query).get("watch", [""])[0]))
+
+
+def _is_watch(value: Any) -> bool:
+    """A ``watch`` query parameter that asks for a watch, as the API server reads it."""
+    return _query_value(value) in ("1", "true")
 
 
 def classify_path(method: str, path: str, watch: bool = False) -> tuple[str, str]:
@@ -266,20 +270,21 @@ class Kube:
         api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None and v != ""]
         target = path + ("?" + "&".join(f"{k}={quote(v)}" for k, v in params) if params else "")
-        pool = self._pool
-        if pool is None:
+        direct = self._direct
+        if direct is None:
             url = api.configuration.host + target
             resp = api.rest_client.request(method, url, headers=headers, body=body, _request_timeout=timeout)
             return resp.response
+        pool, prefix = direct
         data = None if body is None else orjson.dumps(body)
-        verb, kind = classify_path(method, path, bool(query and query.get("watch")))
+        verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
         return self._throttled(
             method,
             verb,
             kind,
             lambda: pool.urlopen(
                 method,
-                pool.prefix + target,  # type: ignore[attr-defined]
+                prefix + target,
                 body=data,
                 headers=headers,
                 timeout=self._timeout(timeout),
@@ -290,7 +295,7 @@ class Kube:
         )
 
     @functools.cached_property
-    def _pool(self) -> urllib3.HTTPConnectionPool | None:
+    def _direct(self) -> tuple[urllib3.HTTPConnectionPool, str] | None:
         return _direct_pool(self.api_client)
 
     def _timeout(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
@@ -443,8 +448,9 @@ def _drain(resp: Any) -> None:
         pass
 
 
-def _direct_pool(api: ApiClient) -> urllib3.HTTPConnectionPool | None:
-    """The ApiClient's connection pool for its API server (TLS settings, proxy tunnel and all), or None
+def _direct_pool(api: ApiClient) -> tuple[urllib3.HTTPConnectionPool, str] | None:
+    """The ApiClient's connection pool for its API server (TLS settings, proxy tunnel and all) and the
+    server URL's path prefix, or None
     when requests must go through its REST layer: a plain-HTTP server behind a proxy takes absolute URLs,
     and a stand-in REST layer has no pool."""
     manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
@@ -455,9 +461,7 @@ def _direct_pool(api: ApiClient) -> urllib3.HTTPConnectionPool | None:
         return None
     if isinstance(manager, urllib3.ProxyManager) and host.scheme != "https":
         return None
-    pool = manager.connection_from_url(api.configuration.host)
-    pool.prefix = (host.path or "").rstrip("/")  # type: ignore[attr-defined]
-    return pool
+    return manager.connection_from_url(api.configuration.host), (host.path or "").rstrip("/")
 
 
 def is_status(err: BaseException, *codes: int) -> bool:

@@ -202,7 +202,8 @@ def apiserver_restart(cc: ChaosCluster, jobs: int = 8, restarts: int = 1, seed: 
     ns = cc.namespace(f"chaos-apiserver-{seed}")
     since = time.time()
     recorder = StatusRecorder(cc.admin, ns).start()
-    op = cc.operator("apiserver")
+    # paced as in kill9, so the build spans seconds and the kill lands within it on an idle machine too
+    op = cc.operator("apiserver", "--kube-api-qps=10", "--kube-api-burst=10")
     downtime = []
     with running(op):
         op.start(timeout=120)

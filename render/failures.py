@@ -89,6 +89,11 @@ def count(job: MPIJob, observed: Observed) -> tuple[WorkerFailure, ...]:
 
     Indexes the job no longer has are dropped; so is the record of an index whose pod has been running
     HEALTHY_SECONDS."""
+    key = ("failures.count", job.namespace, job.name, job.uid, job.worker_replicas)
+    return observed.memo(key, lambda: _count(job, observed))
+
+
+def _count(job: MPIJob, observed: Observed) -> tuple[WorkerFailure, ...]:
     previous = {r.index: r for r in observed.worker_failures}
     out: dict[int, WorkerFailure] = {}
     pods = worker_pods(job, observed)

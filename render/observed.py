@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -19,6 +19,8 @@ KIND_CONFIGMAP = "ConfigMap"
 KIND_SERVICE = "Service"
 KIND_PODGROUP = "PodGroup"
 KIND_PRIORITYCLASS = "PriorityClass"
+
+T = TypeVar("T")
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -72,6 +74,7 @@ class Observed:
     _by_name: dict[tuple[str, str], dict[str, Any]] = attrs.field(
         init=False, eq=False, repr=False, factory=dict
     )
+    _memo: dict[Hashable, Any] = attrs.field(init=False, eq=False, repr=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         index: dict[tuple[str, str], dict[str, Any]] = {}
@@ -102,7 +105,19 @@ class Observed:
         return self._by_name.get((kind, name))
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.objects if isinstance(o, Mapping) and o.get("kind") == kind]
+        return [
+            o for o in self.objects if (type(o) is dict or isinstance(o, Mapping)) and o.get("kind") == kind
+        ]
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for this snapshot. For pure questions of the snapshot only
+        (objects, clock and memory never change in it), which render and status ask several times a
+        sync; the answer is shared, so callers must not modify it."""
+        try:
+            return self._memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
 
 
 # Where render reads objects in a live object: a dict is "an object, with these fields checked", a list
@@ -153,7 +168,7 @@ def check_objects(objects: Iterable[object], path: str = "") -> list[FieldError]
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if isinstance(ref, Mapping) and ref.get("controller"):
+        if (type(ref) is dict or isinstance(ref, Mapping)) and ref.get("controller"):
             return ref.get("uid")
     return None
 
@@ -202,7 +217,12 @@ class JobView:
 
 
 def view(observed: Observed, job: Any, wanted: list[tuple[str, str]]) -> JobView:
-    """Classify the observed objects for `job` (an MPIJob model)."""
+    """Classify the observed objects for `job` (an MPIJob model); read-only, shared by the callers."""
+    key = ("view", job.namespace, job.name, job.uid, tuple(wanted))
+    return observed.memo(key, lambda: _view(observed, job, wanted))
+
+
+def _view(observed: Observed, job: Any, wanted: list[tuple[str, str]]) -> JobView:
     uid = job.uid
     conflicts = []
     for kind, name in wanted:

@@ -612,6 +612,27 @@ def server_defaulted(live: dict[str, Any], data: st.DataObject) -> dict[str, Any
     return out
 
 
+# ------------------------------------------------------------------------------- plain JSON documents
+# Leaves that look like a null to a byte search, next to real nulls and the other JSON types.
+_json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+    st.sampled_from(["null", ":null", '{"a":null}', "/dev/null", "nullable"]),
+)
+json_documents = st.dictionaries(
+    st.text(max_size=6),
+    st.recursive(
+        _json_leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+        max_leaves=25,
+    ),
+    max_size=6,
+)
+
+
 # ------------------------------------------------------------------------------- hostile input (fuzz)
 def _deep(depth: int, leaf: Any) -> Any:
     out = leaf

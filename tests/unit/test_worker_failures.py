@@ -124,6 +124,24 @@ def test_scaled_away_indexes_are_forgotten():
     assert f.count(j1, attrs.evolve(observed(), worker_failures=memory)) == ()
 
 
+def test_a_snapshot_counts_once_per_job_shape():
+    """render, status and decide all ask for the count: one snapshot answers it once per job shape, a
+    snapshot with other failures on record (evolve) counts afresh."""
+    j = parsed()
+    obs = observed(failed(1, "a"))
+    first = f.count(j, obs)
+    assert f.count(j, obs) is first
+    one = parsed(
+        mpiReplicaSpecs={
+            **job()["spec"]["mpiReplicaSpecs"],
+            "Worker": {**job()["spec"]["mpiReplicaSpecs"]["Worker"], "replicas": 1},
+        }
+    )
+    assert f.count(one, obs) == ()  # index 1 is beyond one worker: another question, another answer
+    later = attrs.evolve(obs, worker_failures=first)
+    assert f.count(j, later) == first and f.count(j, later) is not first
+
+
 def test_a_failed_worker_is_kept_during_its_backoff_and_replaced_after():
     j = job()
     world = [*created_children()[:3], created_children()[3], failed(1, "a", finished=5), launcher()]

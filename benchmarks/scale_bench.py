@@ -328,6 +328,14 @@ def proc_stats(pid: int) -> tuple[int, float]:
     return hwm, (int(fields[11]) + int(fields[12])) / ticks
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process, all its threads."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
 # -- watching status transitions --------------------------------------------------------------------------
 def status_signature(status: dict[str, Any]) -> tuple[Any, ...]:
     conds = tuple(sorted((c["type"], c["status"]) for c in status.get("conditions") or []))

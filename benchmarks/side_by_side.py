@@ -54,6 +54,7 @@ from scale_bench import (  # noqa: E402
     LauncherWatcher,
     StatusWatcher,
     cpu_probe,
+    cpu_split,
     grant_admin,
     kubectl,
     mpijob,
@@ -82,6 +83,7 @@ FIGURES = (
     ("cpu", "CPU seconds, submission to convergence"),
     ("cpu_ms_per_job", "CPU ms per job"),
     ("cpu_startup", "CPU seconds to start (not per job)"),
+    ("cpu_sys_share", "share of that CPU in the kernel"),
     ("rss_mib", "peak RSS (MiB)"),
     ("workers_left", "workers still Running 60 s after the last write"),
 )
@@ -175,6 +177,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             w.start()
         submitter = user_client(cluster, PACE_USER, SUBMIT_THREADS + 4)
         cpu_ready = proc_stats(op.pid)[1]
+        sys_ready = cpu_split(op.pid)[1]
         began = time.monotonic()
         with ThreadPoolExecutor(SUBMIT_THREADS) as pool:
             codes = list(
@@ -213,6 +216,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     break
             time.sleep(1)
         hwm, cpu = proc_stats(op.pid)
+        cpu_sys = cpu_split(op.pid)[1] - sys_ready
         own: dict[str, Any] = {}  # what only ours counts of itself
         if isinstance(op, OperatorRunner):
             for (name, labels), v in op.metrics().items():
@@ -238,6 +242,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "cpu": cpu - cpu_ready,
             "cpu_ms_per_job": 1000 * (cpu - cpu_ready) / args.jobs,
             "cpu_startup": cpu_ready,
+            "cpu_sys_share": cpu_sys / (cpu - cpu_ready) if cpu > cpu_ready else 0.0,
             "rss_mib": max(peak, hwm) / 2**20,
             "workers_left": left,
         }
@@ -252,6 +257,12 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if profiler is not None:
             profiler.wait(timeout=60)
         cluster.stop()
+
+
+def _shown(key: str, value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return f"{'-':>10}"
+    return f"{value:10.2f}" if key == "cpu_sys_share" else f"{value:10.1f}"
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -332,8 +343,8 @@ def main() -> int:
     up, ours = result["upstream"], result["ours"]
     print(f"\n{'':44} {'upstream':>10} {'ours':>10} {'ours/upstream':>14}")
     for key, label in FIGURES:
-        a, b = ours[key], up[key]
-        show = [f"{v:10.1f}" if isinstance(v, (int, float)) else f"{'-':>10}" for v in (b, a)]
+        a, b = ours.get(key), up.get(key)  # a figure added since an --upstream-from file was saved: "-"
+        show = [_shown(key, v) for v in (b, a)]
         print(f"{label:44} {show[0]} {show[1]} {ratio(a, b):>14}")
     for key, label in OWN_FIGURES:
         if key in ours:

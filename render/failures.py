@@ -68,7 +68,12 @@ def exceeded(job: MPIJob, records: Iterable[WorkerFailure]) -> bool:
 
 
 def worker_pods(job: MPIJob, observed: Observed) -> dict[int, dict[str, Any]]:
-    """Our worker pods by index, for the indexes the job has now."""
+    """Our worker pods by index, for the indexes the job has now (shared: read-only)."""
+    key = ("failures.worker_pods", job.namespace, job.name, job.uid, job.worker_replicas)
+    return observed.memo(key, lambda: _worker_pods(job, observed))
+
+
+def _worker_pods(job: MPIJob, observed: Observed) -> dict[int, dict[str, Any]]:
     prefix = names.worker_name(job.name, 0)[:-1]
     out: dict[int, dict[str, Any]] = {}
     for pod in observed.of_kind(KIND_POD):

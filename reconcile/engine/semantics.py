@@ -172,6 +172,8 @@ def drop_nulls(value: Any) -> Any:
 _PLAIN_JSON = (
     orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
 )
+# Compact JSON has a null token only after one of these (a NaN or an infinity is written as null too).
+_NULL_TOKENS = (b":null", b"[null", b",null")
 
 
 def _copy_without_nulls(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,8 +181,8 @@ def _copy_without_nulls(obj: Mapping[str, Any]) -> dict[str, Any]:
     try:
         text = orjson.dumps(obj, option=_PLAIN_JSON)
     except TypeError:
-        text = b":null"
-    if b":null" in text:  # a map's null value (or those characters in a string): the walk drops them
+        return dict(drop_nulls(obj))
+    if any(token in text for token in _NULL_TOKENS):  # or those characters in a string: the walk is exact
         return dict(drop_nulls(obj))
     return orjson.loads(text)  # type: ignore[no-any-return]
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import jsonpatch
@@ -322,3 +323,6 @@ def test_normalising_walks_what_is_not_plain_json() -> None:
     out = normalise_desired(doc)
     assert out == {"a": moment, "b": 2**70, "c": "x", "e": {"g": [None, 1]}}
     assert type(out["c"]) is Name
+    # orjson writes a NaN as null: it stays a NaN, in a list as in a map
+    out = normalise_desired({"x": [float("nan")], "y": float("inf"), "z": "/dev/null"})
+    assert math.isnan(out["x"][0]) and out["y"] == float("inf") and out["z"] == "/dev/null"

@@ -345,7 +345,8 @@ def main() -> int:
     for key, label in FIGURES:
         a, b = ours.get(key), up.get(key)  # a figure added since an --upstream-from file was saved: "-"
         show = [_shown(key, v) for v in (b, a)]
-        print(f"{label:44} {show[0]} {show[1]} {ratio(a, b):>14}")
+        shown = ratio(a, b) if key in ours and key in up else "-"
+        print(f"{label:44} {show[0]} {show[1]} {shown:>14}")
     for key, label in OWN_FIGURES:
         if key in ours:
             print(f"{label + ' (ours)':44} {'':>10} {ours[key]:10.1f}")

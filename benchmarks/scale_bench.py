@@ -322,10 +322,7 @@ def proc_stats(pid: int) -> tuple[int, float]:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1]) * 1024
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return hwm, (int(fields[11]) + int(fields[12])) / ticks
+    return hwm, sum(cpu_split(pid))
 
 
 def cpu_split(pid: int) -> tuple[float, float]:

@@ -3,14 +3,15 @@
 Objects stay plain dicts (``_preload_content=False`` style: raw bytes and ``json.loads``), never the
 client's typed models, which cost several times the memory and drop unknown fields.
 
-Requests of ``Kube`` go straight to the ``ApiClient``'s urllib3 connection pool for the API server, with
-orjson bodies: the REST client's ``json.dumps``, its pool manager's URL parse and pool lookup, and the
-classification of a URL it already knew cost a quarter of the client's CPU per write. ``Kube`` also wraps
-the ``ApiClient``'s REST layer, so every request (ours, and anything else sent through that client) passes
-one ``AdaptiveLimiter`` (no fixed limit by default, or
-``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429
-is retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and
-every request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
+Requests of ``Kube`` skip the ``ApiClient``'s REST layer, with orjson bodies: the REST client's
+``json.dumps``, its pool manager's URL parse and pool lookup, and the classification of a URL it already
+knew cost a quarter of the client's CPU per write. They go on kept-alive connections of the ``ApiClient``'s
+urllib3 pool for the API server, framed and parsed by ``wire`` (watches: urllib3's streaming responses).
+``Kube`` also wraps the ``ApiClient``'s REST layer, so every request (ours, and anything else sent through
+that client) passes one ``AdaptiveLimiter`` (no fixed limit by default, or
+``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429 is
+retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and every
+request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
 write (anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``,
 counted with code ``fenced``).
 """
@@ -34,6 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reconcile.runtime.fence import Fence, NotLeader
 from reconcile.runtime.ratelimit import AdaptiveLimiter, retry_after_seconds
+from reconcile.runtime.wire import Connections
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -259,10 +261,13 @@ class Kube:
         body: Any,
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
+        *,
+        stream: bool = False,
     ) -> Any:
-        """The answer as urllib3's response, its body not read yet. The generated ApiClient is skipped: its
-        param_serialize walks and copies every body (sanitize_for_serialization), CPU spent on plain dicts
-        that are already JSON-ready."""
+        """The answer: urllib3's response with its body not read yet (``stream``, and through a proxy), or
+        ``wire.Answer``. The generated ApiClient is skipped: its param_serialize walks and
+        copies every body (sanitize_for_serialization), CPU spent on plain dicts that are already
+        JSON-ready."""
         api = self.api_client
         headers = {"Accept": "application/json", **api.default_headers}
         if body is not None:
@@ -278,6 +283,11 @@ class Kube:
         pool, prefix = direct
         data = None if body is None else orjson.dumps(body)
         verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
+        wire = self._wire
+        if wire is not None and not stream:
+            return self._throttled(
+                method, verb, kind, lambda: wire.request(method, target, data, headers, timeout)
+            )
         return self._throttled(
             method,
             verb,
@@ -297,6 +307,15 @@ class Kube:
     @functools.cached_property
     def _direct(self) -> tuple[urllib3.HTTPConnectionPool, str] | None:
         return _direct_pool(self.api_client)
+
+    @functools.cached_property
+    def _wire(self) -> Connections | None:
+        """Kept-alive connections of the direct pool for every request but watches; not through a proxy
+        (urllib3 sets up its tunnel)."""
+        direct = self._direct
+        if direct is None or getattr(direct[0], "proxy", None) is not None:
+            return None
+        return Connections(*direct)
 
     def _timeout(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
         found = self._timeouts.get(timeout)
@@ -332,7 +351,7 @@ class Kube:
         on_open: Callable[[Any], None] | None = None,
     ) -> Iterator[bytes]:
         """A watch: yields one JSON line per event until the server ends the stream."""
-        raw = self._call("GET", path, query, None, None, timeout)
+        raw = self._call("GET", path, query, None, None, timeout, stream=True)
         if not 200 <= raw.status <= 299:
             data = raw.data
             raise ApiError(raw.status, raw.reason or "", data.decode("utf-8", "replace") if data else "")

@@ -57,7 +57,7 @@ def test_a_watch_stream_yields_whole_lines_however_the_chunks_fall():
 
     raw = Raw([b'{"a":1}\n{"b"', b":2}\n\n", b'{"c":3}\n{"d":4}\n{"e"', b":5}"])
     kube = Kube.__new__(Kube)
-    kube._call = lambda *args: raw  # type: ignore[method-assign]
+    kube._call = lambda *args, **kwargs: raw  # type: ignore[method-assign]
     lines = list(kube.stream_lines("/api/v1/pods", {}, (1, 1)))
     assert lines == [b'{"a":1}', b'{"b":2}', b'{"c":3}', b'{"d":4}', b'{"e":5}']
     assert raw.released

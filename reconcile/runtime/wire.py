@@ -1,0 +1,199 @@
+"""HTTP/1.1 requests on kept-alive connections, for every request to the API server but watches.
+
+Through urllib3 and ``http.client`` a request cost about 330 microseconds of CPU here, most of it in
+Python: ``http.client`` parses each answer's headers with the ``email`` package, and urllib3 adds its pool
+and retry bookkeeping. That was a quarter of the operator's CPU per job. Here a request is one
+``sendall`` and the answer is parsed by httptools (llhttp, in C): about 50 microseconds.
+
+The connections are urllib3's, made by the ``ApiClient``'s pool for the API server, so TLS, client
+certificates and the server's certificate check are exactly the kubernetes client's. Watches stay on
+urllib3's streaming responses: one request lives for minutes, so its overhead does not count.
+
+A kept-alive connection the server has closed is found before it is used (it reads as readable). A
+request that finds one closed anyway is sent again on a new connection if it could not have been
+processed (the send failed) or is a read; a write that was sent and got no answer fails as a connection
+error, which callers treat as any other (the next sync sees what the server did), as Go's net/http does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httptools
+import urllib3
+from urllib3.util import wait_for_read
+
+RECV_BYTES = 256 * 1024
+_REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class WireError(ConnectionError):
+    """The request got no whole answer: the connection closed, timed out or carried something not HTTP."""
+
+
+class _Headers:
+    """The answer's headers, looked up rarely (Retry-After on a 429), so kept as the parser gave them."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pairs = pairs
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        want = name.lower().encode("ascii")
+        found = default
+        for key, value in self._pairs:
+            if key.lower() == want:
+                found = value.decode("latin-1")
+        return found
+
+
+class Answer:
+    """An answer read whole, with the parts of urllib3's response the callers use."""
+
+    __slots__ = ("data", "headers", "reason", "status")
+
+    def __init__(self, status: int, reason: str, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = _Headers(headers)
+        self.data = data
+
+    def read(self) -> bytes:
+        return self.data
+
+    def release_conn(self) -> None:
+        """Nothing to give back: the connection went back to the stack when the answer was read."""
+
+
+class _Reading:
+    """httptools' callbacks for one answer."""
+
+    __slots__ = ("chunks", "done", "headers", "keep_alive", "parser", "reason")
+    parser: Any
+
+    def __init__(self) -> None:
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.chunks: list[bytes] = []
+        self.done = False
+        self.keep_alive = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        # asked here: the parser forgets it once the message is over
+        self.keep_alive = self.parser.should_keep_alive()
+        self.done = True
+        self.parser = None  # no cycle with the parser, which holds these callbacks
+
+
+def _host_header(pool: urllib3.HTTPConnectionPool) -> str:
+    host = str(pool.host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    default = 443 if pool.scheme == "https" else 80
+    return host if pool.port in (None, default) else f"{host}:{pool.port}"
+
+
+class Connections:
+    """A stack of kept-alive connections to one server; ``request`` takes one, sends, reads the whole
+    answer, and puts it back."""
+
+    def __init__(self, pool: urllib3.HTTPConnectionPool, prefix: str = "") -> None:
+        self._pool = pool
+        self._prefix = prefix
+        self._host = _host_header(pool)
+        self._idle: list[Any] = []
+
+    def _take(self) -> tuple[Any, bool]:
+        """A connection and whether it served a request before."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.sock is not None and not wait_for_read(conn.sock, timeout=0.0):
+                return conn, True  # (a closed one reads as readable: EOF)
+            conn.close()
+        conn = self._pool._new_conn()  # the pool's TLS settings; urllib3 has no public constructor for it
+        conn.connect()
+        return conn, False
+
+    def request(
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | tuple[float, float] | None,
+    ) -> Answer:
+        """``target``: the path (without the server's prefix) and query."""
+        lines = [f"{method} {self._prefix}{target} HTTP/1.1", f"Host: {self._host}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body or b'')}")
+        message = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        read_timeout = timeout[1] if isinstance(timeout, tuple) else timeout
+        while True:
+            conn, reused = self._take()
+            try:
+                return self._exchange(conn, message, read_timeout)
+            except _ClosedUnanswered as closed:
+                conn.close()
+                if not reused or (closed.sent and method not in _REPLAYABLE):
+                    raise WireError("the server closed the connection before answering") from None
+            except BaseException:
+                conn.close()
+                raise
+
+    def _exchange(self, conn: Any, message: bytes, timeout: float | None) -> Answer:
+        sock = conn.sock
+        sock.settimeout(timeout)
+        try:
+            sock.sendall(message)
+        except OSError:
+            raise _ClosedUnanswered(sent=False) from None
+        reading = _Reading()
+        parser = reading.parser
+        got = False
+        while not reading.done:
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                if not got:
+                    raise _ClosedUnanswered(sent=True)
+                raise WireError("the server closed the connection in the middle of an answer")
+            got = True
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserError as err:
+                raise WireError(f"not an HTTP answer: {err}") from None
+        answer = Answer(
+            parser.get_status_code(),
+            reading.reason.decode("latin-1"),
+            reading.headers,
+            b"".join(reading.chunks),
+        )
+        if reading.keep_alive:
+            self._idle.append(conn)
+        else:
+            conn.close()
+        return answer
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+
+class _ClosedUnanswered(Exception):
+    """The connection failed before any byte of the answer came; ``sent``: after the whole request went."""
+
+    def __init__(self, *, sent: bool) -> None:
+        super().__init__()
+        self.sent = sent

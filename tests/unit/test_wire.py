@@ -1,0 +1,181 @@
+"""L0: ``wire.Connections`` against a loopback server scripted per connection: kept-alive connections are
+reused, one the server closed is not, and a write that may have been processed is never sent twice."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import urllib3
+
+from reconcile.runtime.wire import Connections, WireError
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """One request (head and a Content-Length body), or b"" when the client closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return b""
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+class Scripted:
+    """A loopback server; the n-th connection it accepts is served by ``scripts[n]``."""
+
+    def __init__(self, scripts: list[Callable[[socket.socket], None]]) -> None:
+        self.scripts = scripts
+        self.requests: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        for script in self.scripts:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._run, args=(script, conn), daemon=True).start()
+
+    def _run(self, script: Callable[[socket.socket], None], conn: socket.socket) -> None:
+        with conn:
+            script(conn)
+
+    def take(self, conn: socket.socket) -> bytes:
+        request = read_request(conn)
+        if request:
+            self.requests.append(request)
+        return request
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[[list[Callable[[socket.socket], None]]], tuple[Scripted, Connections]]]:
+    servers: list[Scripted] = []
+
+    def build(scripts: list[Callable[[socket.socket], None]]) -> tuple[Scripted, Connections]:
+        server = Scripted(scripts)
+        servers.append(server)
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", server.port)
+        return server, Connections(pool, "/prefix")
+
+    yield build
+    for s in servers:
+        s.sock.close()
+
+
+def test_one_connection_serves_request_after_request(make) -> None:
+    def keep_answering(conn: socket.socket) -> None:
+        while server.take(conn):
+            conn.sendall(OK)
+
+    server, wire = make([keep_answering])
+    for i in range(3):
+        answer = wire.request("POST", f"/p{i}", b'{"a":1}', {"Content-Type": "application/json"}, 5)
+        assert (answer.status, answer.reason, answer.data) == (200, "OK", b"{}")
+    assert len(server.requests) == 3
+    first = server.requests[0]
+    assert first.startswith(b"POST /prefix/p0 HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"\r\nContent-Length: 7\r\n\r\n" in first and first.endswith(b'{"a":1}')
+
+
+def test_a_chunked_answer_and_its_headers_are_read_whole(make) -> None:
+    def chunked(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'3\r\n{"a\r\n4\r\n":1}\r\n0\r\n\r\n'
+        )
+        server.take(conn)
+
+    server, wire = make([chunked])
+    answer = wire.request("GET", "/x", None, {}, 5)
+    assert (answer.status, answer.reason, answer.data) == (429, "Too Many Requests", b'{"a":1}')
+    assert answer.headers.get("retry-after") == "3" and answer.headers.get("X-None") is None
+    assert b"Content-Length" not in server.requests[0]
+
+
+def test_a_kept_alive_connection_the_server_closed_is_not_used(make) -> None:
+    def answer_once_then_close(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(OK)  # kept alive as far as the client knows
+
+    server, wire = make([answer_once_then_close, answer_once_then_close])
+    wire.request("POST", "/a", b"{}", {}, 5)
+    # wait until the server's close has reached the client
+    while not wire._idle or not urllib3.util.wait_for_read(wire._idle[-1].sock, timeout=0.05):
+        pass
+    answer = wire.request("POST", "/b", b"{}", {}, 5)
+    assert answer.status == 200 and len(server.requests) == 2
+
+
+def test_a_write_that_got_no_answer_is_not_sent_again(make) -> None:
+    def closes_before_answering(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(OK)
+        server.take(conn)  # the second request arrives and is dropped unanswered
+
+    server, wire = make([closes_before_answering])
+    wire.request("GET", "/a", None, {}, 5)
+    with pytest.raises(WireError) as err:
+        wire.request("POST", "/b", b"{}", {}, 5)
+    assert isinstance(err.value, OSError)  # callers treat it as any transport error
+    sent = [r.split(b" ", 2)[:2] for r in server.requests]
+    assert sent == [[b"GET", b"/prefix/a"], [b"POST", b"/prefix/b"]]
+
+
+def test_a_read_that_got_no_answer_is_sent_again_on_a_new_connection(make) -> None:
+    def closes_before_answering(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(OK)
+        server.take(conn)
+
+    def answers(conn: socket.socket) -> None:
+        while server.take(conn):
+            conn.sendall(OK)
+
+    server, wire = make([closes_before_answering, answers])
+    wire.request("GET", "/a", None, {}, 5)
+    assert wire.request("GET", "/b", None, {}, 5).status == 200
+    assert [r.split(b" ", 2)[1] for r in server.requests] == [b"/prefix/a", b"/prefix/b", b"/prefix/b"]
+
+
+def test_an_answer_cut_short_is_an_error_and_its_connection_is_dropped(make) -> None:
+    def cut(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}")
+
+    def answers(conn: socket.socket) -> None:
+        while server.take(conn):
+            conn.sendall(OK)
+
+    server, wire = make([cut, answers])
+    with pytest.raises(WireError, match="middle of an answer"):
+        wire.request("GET", "/a", None, {}, 5)
+    assert wire._idle == []
+    assert wire.request("GET", "/b", None, {}, 5).status == 200
+
+
+def test_a_silent_server_times_out(make) -> None:
+    stop = threading.Event()
+
+    def silent(conn: socket.socket) -> None:
+        server.take(conn)
+        stop.wait(5)
+
+    server, wire = make([silent])
+    with pytest.raises(OSError):
+        wire.request("GET", "/a", None, {}, 0.2)
+    stop.set()
+    assert wire._idle == []

@@ -6,7 +6,7 @@ client's typed models, which cost several times the memory and drop unknown fiel
 Requests of ``Kube`` skip the ``ApiClient``'s REST layer, with orjson bodies: the REST client's
 ``json.dumps``, its pool manager's URL parse and pool lookup, and the classification of a URL it already
 knew cost a quarter of the client's CPU per write. They go on kept-alive connections of the ``ApiClient``'s
-urllib3 pool for the API server, framed and parsed by ``wire`` (watches: urllib3's streaming responses).
+urllib3 pool for the API server, framed and parsed by ``wire``.
 ``Kube`` also wraps the ``ApiClient``'s REST layer, so every request (ours, and anything else sent through
 that client) passes one ``AdaptiveLimiter`` (no fixed limit by default, or
 ``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429 is
@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reconcile.runtime.fence import Fence, NotLeader
 from reconcile.runtime.ratelimit import AdaptiveLimiter, retry_after_seconds
-from reconcile.runtime.wire import Connections
+from reconcile.runtime.wire import Connections, Stream
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -264,10 +264,10 @@ class Kube:
         *,
         stream: bool = False,
     ) -> Any:
-        """The answer: urllib3's response with its body not read yet (``stream``, and through a proxy), or
-        ``wire.Answer``. The generated ApiClient is skipped: its param_serialize walks and
-        copies every body (sanitize_for_serialization), CPU spent on plain dicts that are already
-        JSON-ready."""
+        """The answer: ``wire.Answer`` read whole, ``wire.Stream`` (``stream``: its body read as it comes),
+        or urllib3's response with its body not read yet (through a proxy). The generated ApiClient is
+        skipped: its param_serialize walks and copies every body (sanitize_for_serialization), CPU spent on
+        plain dicts that are already JSON-ready."""
         api = self.api_client
         headers = {"Accept": "application/json", **api.default_headers}
         if body is not None:
@@ -284,7 +284,9 @@ class Kube:
         data = None if body is None else orjson.dumps(body)
         verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
         wire = self._wire
-        if wire is not None and not stream:
+        if wire is not None and stream:
+            return self._throttled(method, verb, kind, lambda: wire.stream(method, target, headers, timeout))
+        if wire is not None:
             return self._throttled(
                 method, verb, kind, lambda: wire.request(method, target, data, headers, timeout)
             )
@@ -359,7 +361,8 @@ class Kube:
             on_open(raw)
         buf = b""
         try:
-            for chunk in raw.stream(amt=None, decode_content=True):
+            chunks = raw.chunks() if isinstance(raw, Stream) else raw.stream(amt=None, decode_content=True)
+            for chunk in chunks:
                 if b"\n" not in chunk:
                     buf += chunk
                     continue

@@ -179,3 +179,48 @@ def test_a_silent_server_times_out(make) -> None:
         wire.request("GET", "/a", None, {}, 0.2)
     stop.set()
     assert wire._idle == []
+
+
+def test_a_stream_yields_each_piece_as_it_comes(make) -> None:
+    first_read = threading.Event()
+
+    def watch(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{"a":1\r\n')
+        if not first_read.wait(5):  # the rest only once the client has the first piece
+            return
+        conn.sendall(b"2\r\n}\n\r\n0\r\n\r\n")
+
+    server, wire = make([watch])
+    stream = wire.stream("GET", "/w?watch=true", {}, (1, 5))
+    assert stream.status == 200
+    pieces = []
+    for piece in stream.chunks():
+        pieces.append(piece)
+        first_read.set()
+    assert b"".join(pieces) == b'{"a":1}\n' and pieces[0] == b'{"a":1'
+    stream.release_conn()
+    assert wire._idle == []  # a stream's connection is its own
+
+
+def test_shutting_a_stream_down_wakes_its_reader(make) -> None:
+    def silent_watch(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.recv(1)  # until the client goes
+
+    server, wire = make([silent_watch])
+    stream = wire.stream("GET", "/w", {}, (1, 30))
+    threading.Timer(0.2, stream.shutdown).start()
+    with pytest.raises(WireError):
+        list(stream.chunks())
+
+
+def test_an_error_answer_on_a_stream_is_read_whole(make) -> None:
+    def gone(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.sendall(b'HTTP/1.1 410 Gone\r\nContent-Length: 13\r\n\r\n{"code":410}\n')
+
+    server, wire = make([gone])
+    stream = wire.stream("GET", "/w", {}, (1, 5))
+    assert (stream.status, stream.reason, stream.data) == (410, "Gone", b'{"code":410}\n')

@@ -129,14 +129,16 @@ class Connections:
         self._host = _host_header(pool)
         self._idle: list[Any] = []
 
-    def _take(self) -> tuple[Any, bool]:
-        """A connection and whether it served a request before."""
+    def _take(self, connect_timeout: float | None) -> tuple[Any, bool]:
+        """A connection and whether it served a request before; a new one waits at most
+        ``connect_timeout`` for its TCP and TLS handshakes."""
         while self._idle:
             conn = self._idle.pop()
             if conn.sock is not None and not wait_for_read(conn.sock, timeout=0.0):
                 return conn, True  # (a closed one reads as readable: EOF)
             conn.close()
         conn = self._pool._new_conn()  # the pool's TLS settings; urllib3 has no public constructor for it
+        conn.timeout = connect_timeout
         conn.connect()
         return conn, False
 
@@ -189,9 +191,9 @@ class Connections:
         if body is not None or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body or b'')}")
         message = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-        read_timeout = timeout[1] if isinstance(timeout, tuple) else timeout
+        connect_timeout, read_timeout = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         while True:
-            conn, reused = self._take()
+            conn, reused = self._take(connect_timeout)
             try:
                 return conn, _exchange(conn, message, read_timeout, until_headers)
             except _ClosedUnanswered as closed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -224,3 +225,15 @@ def test_an_error_answer_on_a_stream_is_read_whole(make) -> None:
     server, wire = make([gone])
     stream = wire.stream("GET", "/w", {}, (1, 5))
     assert (stream.status, stream.reason, stream.data) == (410, "Gone", b'{"code":410}\n')
+
+
+def test_a_new_connection_waits_no_longer_than_the_connect_timeout() -> None:
+    stop = threading.Event()
+    server = Scripted([lambda conn: stop.wait(5)])  # takes the TCP connection, never answers TLS
+    wire = Connections(urllib3.HTTPSConnectionPool("127.0.0.1", server.port))
+    began = time.monotonic()
+    with pytest.raises((OSError, urllib3.exceptions.HTTPError)):
+        wire.request("GET", "/a", None, {}, (0.3, 30))
+    stop.set()
+    server.sock.close()
+    assert time.monotonic() - began < 3

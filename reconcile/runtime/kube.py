@@ -312,8 +312,8 @@ class Kube:
 
     @functools.cached_property
     def _wire(self) -> Connections | None:
-        """Kept-alive connections of the direct pool for every request but watches; not through a proxy
-        (urllib3 sets up its tunnel)."""
+        """Kept-alive connections of the direct pool for every request, watches included; not through a
+        proxy (urllib3 sets up its tunnel)."""
         direct = self._direct
         if direct is None or getattr(direct[0], "proxy", None) is not None:
             return None

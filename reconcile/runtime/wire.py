@@ -121,7 +121,7 @@ def _host_header(pool: urllib3.HTTPConnectionPool) -> str:
 
 class Connections:
     """A stack of kept-alive connections to one server; ``request`` takes one, sends, reads the whole
-    answer, and puts it back."""
+    answer, and puts it back; ``stream`` keeps its connection for the answer it reads as it comes."""
 
     def __init__(self, pool: urllib3.HTTPConnectionPool, prefix: str = "") -> None:
         self._pool = pool

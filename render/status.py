@@ -425,11 +425,27 @@ def launcher_failure(job: MPIJob, launcher: Mapping[str, Any], v: JobView) -> tu
     return reason, truncate(message)
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def launcher_active(launcher: Mapping[str, Any], pods: list[dict[str, Any]]) -> int:
+    """The launcher's Running pods, and those that ended but that the Job has not counted yet: until the
+    Job controller takes the end in (Complete, or a failure and a new pod), the Job itself shows the pod
+    active, and a count of 0 in between would be a write the next transition undoes."""
+    running = sum(1 for p in pods if phase(p) == "Running")
+    st = launcher.get("status") or {}
+    ended = sum(1 for p in pods if phase(p) in ("Succeeded", "Failed"))
+    uncounted = max(0, ended - _count(st.get("succeeded")) - _count(st.get("failed")))
+    return running + min(uncounted, _count(st.get("active")))
+
+
 def replica_statuses(job: MPIJob, v: JobView, old: Any, finished: bool) -> dict[str, Any]:
     """Upstream's `replicaStatuses`, zero counts omitted and no `selector` (upstream never sets one):
 
     - Launcher, while our launcher Job exists: `failed` from the Job, `succeeded: 1` once it is Complete,
-      else (not Failed) `active` = its Running pods. Without the Job the previous entry stays as it was.
+      else (not Failed) `active` = its Running pods, and ended pods the Job has not counted yet. Without
+      the Job the previous entry stays as it was.
     - Worker, always present: the phases of workers 0..replicas-1, or `{}` while suspended and once the
       launcher Job has finished (upstream lists no workers then).
     - A finished job keeps its previous map; Worker is reset to `{}` if cleanPodPolicy deletes workers
@@ -450,7 +466,7 @@ def replica_statuses(job: MPIJob, v: JobView, old: Any, finished: bool) -> dict[
         if condition_true(launcher, "Complete"):
             entry["succeeded"] = 1
         elif not condition_true(launcher, "Failed"):
-            active = sum(1 for p in v.launcher_pods if phase(p) == "Running")
+            active = launcher_active(launcher, v.launcher_pods)
             if active:
                 entry["active"] = active
         out[names.LAUNCHER] = entry

@@ -349,6 +349,25 @@ def test_replica_statuses_follow_upstream_in_every_state():
     assert st["replicaStatuses"] == {"Launcher": {}, "Worker": {}}
 
 
+def test_a_launcher_pod_that_ended_stays_active_until_its_job_counts_the_end():
+    """Between a launcher pod's end and the Job controller taking it in, the Job still shows it active: the
+    count stays, so the gap costs no status write of its own."""
+    j = job()
+    pods = [worker(0), worker(1), worker(2)]
+    running = status(j, observed(launcher(active=1), *pods, launcher_pod("a", "Running", ts())), CFG)
+    j["status"] = running
+    for end in ("Succeeded", "Failed"):
+        ended = status(j, observed(launcher(active=1), *pods, launcher_pod("a", end, ts())), CFG)
+        assert ended == running
+    # The Job counted the failure and made a new pod, still Pending: nothing of the launcher runs.
+    retry = [launcher_pod("a", "Failed", ts(60)), launcher_pod("b", "Pending", ts())]
+    st = status(j, observed(launcher(active=1, failed=1), *pods, *retry), CFG)
+    assert st["replicaStatuses"]["Launcher"] == {"failed": 1}
+    # The Job no longer shows the pod active (e.g. it is being suspended): neither does the count.
+    st = status(j, observed(launcher(), *pods, launcher_pod("a", "Succeeded", ts())), CFG)
+    assert "active" not in st["replicaStatuses"]["Launcher"]
+
+
 def test_a_job_that_ran_before_its_created_status_was_written_still_reads_created():
     """Found by the chaos tier: a create refused once (Created=False/FailedCreate), the retry created the
     rest, the launcher ran and finished and the workers were cleaned up before a status write got

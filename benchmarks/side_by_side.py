@@ -13,7 +13,9 @@ For each operator it measures, from the moment the jobs are submitted:
   delete by the operator's user; Lease writes for leader election shown apart, Events counted with the
   writes), its CPU seconds (utime + stime) since the jobs were submitted (per job too; what it spent
   starting, until ready, apart) and peak RSS (VmHWM);
-then prints ours/upstream for each (below 1: ours is faster, writes less, uses less).
+then prints ours/upstream for each (below 1: ours is faster, writes less, uses less). A side still short of
+its jobs at `--timeout` shows its times as "> the time waited" and how many launchers and Succeeded it
+reached: ours/upstream of such a time is an upper bound, and the figures per job are not compared.
 
 Upstream runs cluster-wide under its own ClusterRole (localcluster.upstream), ours under the
 mpi-operator ServiceAccount's RBAC (deploy/base-no-operator). Usage:
@@ -21,6 +23,9 @@ mpi-operator ServiceAccount's RBAC (deploy/base-no-operator). Usage:
     .venv/bin/python benchmarks/side_by_side.py --jobs 20 --workers 2
     .venv/bin/python benchmarks/side_by_side.py --jobs 200 --workers 4 --save /tmp/side.json
     .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 50 --queue-qps 1000
+    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --upstream-only --timeout 2400 \
+        --save /tmp/up.json && .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 \
+        --upstream-from /tmp/up.json
 """
 
 from __future__ import annotations
@@ -141,7 +146,8 @@ class AuditTail:
 def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pods = args.jobs * (args.workers + 1)
     nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
-    cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True), work_dir=work / which)
+    spec = ClusterSpec(tier="l2", nodes=nodes, audit=True)
+    cluster = LocalCluster(spec, work_dir=work / which, keep_work_dir=args.keep)
     print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
@@ -233,6 +239,9 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         leases = sum(n for key, n in writes.items() if key.endswith(" leases"))
         total = sum(writes.values()) - leases
         figures = {
+            "t_waited": time.monotonic() - began,
+            "launchers_seen": len(launchers.seen),
+            "succeeded_seen": len(status.succeeded),
             "t_launchers": t_launchers,
             "t_done": t_done,
             "t_converged": t_converged,
@@ -271,6 +280,39 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if b else "n/a"
 
 
+TIMES = ("t_launchers", "t_done", "t_converged")
+
+
+def row(key: str, ours: dict[str, Any], up: dict[str, Any]) -> tuple[str, str, str]:
+    """(upstream, ours, ratio) as shown. A side that timed out shows its times as "> the time waited"
+    (how far it got is printed below the table), the ratio of such a time is an upper bound, and its other
+    figures, which cover part of the jobs, are not compared."""
+    shown = []
+    for side in (up, ours):
+        value = side.get(key)
+        if value is None and key in TIMES and side.get("t_waited") is not None:
+            shown.append(f"{'> ' + format(side['t_waited'], '.1f'):>10}")
+        else:
+            shown.append(_shown(key, value))
+    a, b = ours.get(key), up.get(key)
+    if key not in ours or key not in up:  # a figure added since an --upstream-from file was saved
+        return shown[0], shown[1], "-"
+    if key in TIMES and a is not None and b is None and up.get("t_waited"):
+        return shown[0], shown[1], f"< {a / up['t_waited']:.2f}"
+    if key not in TIMES and (ours.get("t_done") is None or up.get("t_done") is None):
+        return shown[0], shown[1], "n/a (timed out)"
+    return shown[0], shown[1], ratio(a, b)
+
+
+def progress(which: str, figures: dict[str, Any], jobs: int) -> str | None:
+    if figures.get("t_done") is not None or figures.get("t_waited") is None:
+        return None
+    return (
+        f"{which} timed out after {figures['t_waited']:.0f} s: {figures['launchers_seen']} of {jobs} launcher"
+        f" Jobs, {figures['succeeded_seen']} of {jobs} MPIJobs Succeeded"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200)
@@ -297,6 +339,14 @@ def main() -> int:
         "it again (upstream's side takes most of the time at the defaults); only ours runs",
     )
     parser.add_argument(
+        "--upstream-only",
+        action="store_true",
+        help="run upstream's side alone (to --save for a later --upstream-from)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each cluster's directory (its logs and audit log)"
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="write py-spy's samples of our operator's threads holding the GIL here (raw; needs py-spy)",
@@ -308,6 +358,8 @@ def main() -> int:
         args.burst = max(1, int(2 * args.qps))
     if args.queue_qps < 0:
         parser.error("--queue-qps must not be negative")
+    if args.upstream_only and args.upstream_from is not None:
+        parser.error("--upstream-only runs upstream: not with --upstream-from")
     # The same flags for both operators (upstream's names, which ours shares).
     args.pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
     if args.queue_qps:
@@ -339,17 +391,26 @@ def main() -> int:
         print(f"upstream: the figures saved in {args.upstream_from}", flush=True)
     else:
         result["upstream"] = run_one("upstream", args, work)
+    if args.upstream_only:
+        if args.save:
+            args.save.write_text(json.dumps(result, indent=1))
+        line = progress("upstream", result["upstream"], args.jobs)
+        if line:
+            print(line)
+        return 0 if result["upstream"]["t_done"] is not None else 1
     result["ours"] = run_one("ours", args, work)
     up, ours = result["upstream"], result["ours"]
     print(f"\n{'':44} {'upstream':>10} {'ours':>10} {'ours/upstream':>14}")
     for key, label in FIGURES:
-        a, b = ours.get(key), up.get(key)  # a figure added since an --upstream-from file was saved: "-"
-        show = [_shown(key, v) for v in (b, a)]
-        shown = ratio(a, b) if key in ours and key in up else "-"
-        print(f"{label:44} {show[0]} {show[1]} {shown:>14}")
+        b, a, shown = row(key, ours, up)
+        print(f"{label:44} {b} {a} {shown:>14}")
     for key, label in OWN_FIGURES:
         if key in ours:
             print(f"{label + ' (ours)':44} {'':>10} {ours[key]:10.1f}")
+    for which in ("upstream", "ours"):
+        line = progress(which, result[which], args.jobs)
+        if line:
+            print(line)
     for which in ("upstream", "ours"):
         print(f"{which} writes: {result[which]['writes']}, and {result[which]['lease_writes']} Lease writes")
     if args.save:

@@ -34,13 +34,16 @@ from render import failures, names
 from render.children.sshwait import discovers_hosts
 from render.observed import CreateFailure
 
-# A job's first status, and a hostfile rewrite of a job whose launcher discovers hosts (it reads the list as
-# it runs), wait this long for more (pods start one by one), then are written.
+# A job's first status, and a discover_hosts.sh rewrite of a job whose launcher discovers hosts (it reads
+# the list as it runs), wait this long for more (pods start one by one), then are written.
 COALESCE_SECONDS = 1.0
-# A change in replica counts alone, and a hostfile rewrite nobody reads while the job runs, ride on the
-# next transition's write, or are written after this long: the counts shown lag at most this much, and a
-# job that starts and ends within it costs no write for them.
+# A change in replica counts alone rides on the next transition's write, or is written after this long:
+# the counts shown lag at most this much, and a job that starts and ends within it costs no write for them.
 QUIET_SECONDS = 10.0
+# A discover_hosts.sh rewrite for a launcher that does not discover hosts: no process reads the list, so it
+# is kept current within this long for whoever looks, and a job that starts and ends within it costs no
+# write for it.
+UNREAD_HOSTS_SECONDS = 60.0
 # A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
 MAX_WAKEUP_SECONDS = 24 * 3600.0
 # Slack past a moment, so the sync it wakes sees the moment passed.
@@ -176,8 +179,8 @@ def decide(
     the_plan = plan(desired, live, POLICY, job.uid, field_manager=field_manager, converged=memory.converged)
     memory = attrs.evolve(memory, converged=the_plan.converged)
 
-    window = COALESCE_SECONDS if discovers_hosts(job) else QUIET_SECONDS
-    hostfile_held, since = _hold(memory.hostfile_held_since, _only_hostfile(the_plan), now, window)
+    window = COALESCE_SECONDS if discovers_hosts(job) else UNREAD_HOSTS_SECONDS
+    hostfile_held, since = _hold(memory.hostfile_held_since, _only_host_list(the_plan), now, window)
     memory = attrs.evolve(memory, hostfile_held_since=since)
     hostfile_wake = None
     if hostfile_held:
@@ -290,15 +293,24 @@ def _observed(children: Sequence[Mapping[str, Any]], memory: JobMemory, now: dat
     )
 
 
-def _only_hostfile(the_plan: Plan) -> bool:
-    """The plan only rewrites the ConfigMap (its hostfile lists the Running workers, which start one by
-    one): held as a counts-only status change is."""
+_HOST_LIST_PATH = "/data/" + names.DISCOVER_HOSTS_KEY
+
+
+def _only_host_list(the_plan: Plan) -> bool:
+    """The plan only rewrites the ConfigMap's discover_hosts.sh (it lists the Running workers, which start
+    one by one): held as a counts-only status change is. Any other drift of the ConfigMap (the hostfile
+    mpirun reads) is mended at once."""
     return (
         bool(the_plan.patches)
         and the_plan.writes == len(the_plan.patches)
         and not the_plan.conflicts
         and not the_plan.waits
-        and all(p.key.kind == "ConfigMap" for p in the_plan.patches)
+        and all(
+            p.key.kind == "ConfigMap"
+            and p.json_patch
+            and all(op.get("path") == _HOST_LIST_PATH for op in p.json_patch)
+            for p in the_plan.patches
+        )
     )
 
 

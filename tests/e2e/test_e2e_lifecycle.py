@@ -87,7 +87,12 @@ def test_evicted_worker_is_replaced_and_the_job_succeeds(e2e: E2E) -> None:
 
 
 def test_scaling_workers_updates_pods_hostfile_and_discover_hosts(e2e: E2E) -> None:
-    e2e.submit(pi_job(root=True, launcher_annotations=HOLD))
+    job = pi_job(root=True, launcher_annotations=HOLD)
+    # A launcher that discovers hosts (Horovod elastic) reads discover_hosts.sh as it runs: the list follows
+    # the Running workers within a second (for any other launcher within a minute: test_sync_actions).
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["args"] = ["--host-discovery-script", "/etc/mpi/discover_hosts.sh", *launcher["args"]]
+    e2e.submit(job)
     e2e.wait_condition("pi", "Running")
     ns = e2e.ns
 

@@ -21,7 +21,13 @@ from hypothesis import HealthCheck, given, settings
 
 import render
 from reconcile.mpijob.controller import Controller, SyncError
-from reconcile.mpijob.decide import COALESCE_SECONDS, QUIET_SECONDS, decide, settle_status
+from reconcile.mpijob.decide import (
+    COALESCE_SECONDS,
+    QUIET_SECONDS,
+    UNREAD_HOSTS_SECONDS,
+    decide,
+    settle_status,
+)
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.plan_command import compute
@@ -147,7 +153,7 @@ def test_a_condition_change_is_never_held_and_a_first_status_is_held_once():
     assert due.write
 
 
-def test_a_hostfile_only_plan_is_held_once_but_creates_never_are():
+def test_a_host_list_only_plan_is_held_once_but_creates_never_are():
     mpijob, _, config, now_text = golden_cases.load_case("running")
     objects = converged_world("running")
     now = parse_time(now_text)
@@ -155,18 +161,24 @@ def test_a_hostfile_only_plan_is_held_once_but_creates_never_are():
     memory = JobMemory(uid=mpijob["metadata"]["uid"], fresh_ssh_key=KEY)
     cm = next(o for o in objects if o["kind"] == "ConfigMap")
     stale = copy.deepcopy(cm)
-    stale["data"]["hostfile"] = "someone-else slots=1\n"
+    stale["data"]["discover_hosts.sh"] = "#!/bin/sh\n"
     world = [stale if o is cm else o for o in objects]
     first = decide(mpijob, world, memory, now, config)
-    assert first.hostfile_held and not first.plan and first.wake_after == pytest.approx(QUIET_SECONDS + 0.01)
-    due = decide(mpijob, world, first.memory, now + timedelta(seconds=QUIET_SECONDS + 0.1), config)
+    assert first.hostfile_held and not first.plan
+    assert first.wake_after == pytest.approx(UNREAD_HOSTS_SECONDS + 0.01)
+    due = decide(mpijob, world, first.memory, now + timedelta(seconds=UNREAD_HOSTS_SECONDS + 0.1), config)
     assert not due.hostfile_held and [p.key.kind for p in due.plan.patches] == ["ConfigMap"]
+    # the hostfile mpirun reads is mended at once
+    edited = copy.deepcopy(cm)
+    edited["data"]["hostfile"] = "someone-else slots=1\n"
+    mended = decide(mpijob, [edited if o is cm else o for o in objects], memory, now, config)
+    assert not mended.hostfile_held and [p.key.kind for p in mended.plan.patches] == ["ConfigMap"]
     # a launcher that discovers hosts reads the list as it runs: held only briefly
     elastic = copy.deepcopy(mpijob)
     launcher = elastic["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     launcher["command"] = ["horovodrun", "--host-discovery-script", "/etc/mpi/discover_hosts.sh"]
     brief = decide(elastic, world, memory, now, config)
-    assert brief.hostfile_held  # a running Job's template is not compared: only the hostfile differs
+    assert brief.hostfile_held  # a running Job's template is not compared: only the host list differs
     assert brief.wake_after == pytest.approx(COALESCE_SECONDS + 0.01)
     gone = [o for o in world if o["kind"] != "Service"]
     with_create = decide(mpijob, gone, memory, now, config)

@@ -163,12 +163,17 @@ NUDGE = "test.mpijob.dev/nudge"
 
 
 def processed_after_nudge(
-    kube: Any, op: OperatorRunner, namespace: str, name: str, timeout: float = 30
+    kube: Any, op: OperatorRunner, namespace: str, name: str, timeout: float | None = None
 ) -> None:
     """Timing-free "nothing happened": give the MPIJob a later event (an annotation nobody reads) and wait
     until the operator has finished a sync of that version or a newer one (``/debug/synced``). Whatever
-    the operator would do about the earlier state, it has done by then; no sleeping."""
+    the operator would do about the earlier state, it has done by then; no sleeping. A sync holding a
+    write back has not finished: the default timeout covers the longest hold."""
+    from reconcile.mpijob.decide import UNREAD_HOSTS_SECONDS
     from reconcile.runtime.kube import MPIJOB
+
+    if timeout is None:
+        timeout = UNREAD_HOSTS_SECONDS + 30
 
     patched = kube.patch(MPIJOB, namespace, name, {"metadata": {"annotations": {NUDGE: str(time.time_ns())}}})
     wanted = int(patched["metadata"]["resourceVersion"])

@@ -429,7 +429,7 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def launcher_active(launcher: Mapping[str, Any], pods: list[dict[str, Any]]) -> int:
+def _launcher_active(launcher: Mapping[str, Any], pods: list[dict[str, Any]]) -> int:
     """The launcher's Running pods, and those that ended but that the Job has not counted yet: until the
     Job controller takes the end in (Complete, or a failure and a new pod), the Job itself shows the pod
     active, and a count of 0 in between would be a write the next transition undoes."""
@@ -466,7 +466,7 @@ def replica_statuses(job: MPIJob, v: JobView, old: Any, finished: bool) -> dict[
         if condition_true(launcher, "Complete"):
             entry["succeeded"] = 1
         elif not condition_true(launcher, "Failed"):
-            active = launcher_active(launcher, v.launcher_pods)
+            active = _launcher_active(launcher, v.launcher_pods)
             if active:
                 entry["active"] = active
         out[names.LAUNCHER] = entry

@@ -674,9 +674,10 @@ def operator_codes(op: OperatorRunner) -> dict[str, float]:
 # Why a write above the target is there, by (verb, kind).
 WHY = {
     ("patch", "ConfigMap"): "discover_hosts.sh lists the Running workers: rewritten once they run "
-    "(held up to 1 s so the workers starting one by one cost one write)",
-    ("update", "MPIJob/status"): "replicaStatuses changes between transitions (workers active, then "
-    "cleaned up; held up to 1 s each), or a transition seen in two writes",
+    "(held up to 1 s if the launcher discovers hosts, else 60 s, so workers starting one by one cost one "
+    "write)",
+    ("update", "MPIJob/status"): "replicaStatuses changes between transitions (workers starting one by one; "
+    "held up to 10 s for the next transition), or a transition seen in two writes",
     ("create", "Event"): "Events (upstream records the same ones)",
     ("patch", "Event"): "Event series (repeats counted on the Event)",
 }

@@ -548,13 +548,10 @@ class Controller:
 
     def _read_back(self, outcome: Outcome) -> None:
         """A write's answer into the caches at once (the next sync must not plan it again), not held in
-        the result until the end of a sync of thousands of objects. A delete's answer goes in while the
-        object is still terminating."""
-        if outcome.object is None:
+        the result until the end of a sync of thousands of objects."""
+        if outcome.object is None or outcome.result == "deleted":
             return
         written = dict(outcome.object)
-        if outcome.result == "deleted" and not (written.get("metadata") or {}).get("deletionTimestamp"):
-            return  # gone at once (or a Status): the watch's DELETED event takes it out of the cache
         inf = self._informer_for(written)
         if inf is not None:
             inf.observe(written)

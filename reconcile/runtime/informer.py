@@ -346,13 +346,6 @@ class Informer:
             return
         obj = self._cached(dict(obj))
         if etype in (ADDED, MODIFIED):
-            current = self.store.get(key_of(obj))
-            if current is not None and _older(obj, current):
-                # The cache holds our own write's answer (observe): the stream will bring that version
-                # too. Taking this older one would undo it, and a sync in between would plan it again.
-                if rv:
-                    self._rv = rv
-                return
             old = self.store.upsert(obj)
             self._deliver(old, obj)
         elif etype == DELETED:
@@ -373,15 +366,10 @@ class Informer:
         """Put an object we just wrote into the cache, unless the cache already holds a newer one."""
         obj = self._cached(obj)
         current = self.store.get(key_of(obj))
-        if current is not None and not _older(current, obj):
-            return
+        if current is not None:
+            try:
+                if int(current["metadata"]["resourceVersion"]) >= int(obj["metadata"]["resourceVersion"]):
+                    return
+            except (KeyError, ValueError, TypeError):
+                return
         self.store.upsert(obj)
-
-
-def _older(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """``a`` is an older version than ``b``: etcd's resourceVersions are increasing integers. Versions that
-    are not integers compare as not older (the watch's order decides)."""
-    try:
-        return int(a["metadata"]["resourceVersion"]) < int(b["metadata"]["resourceVersion"])
-    except (KeyError, ValueError, TypeError):
-        return False

@@ -9,8 +9,6 @@ from datetime import UTC, datetime
 import pytest
 
 import render
-from reconcile.engine.executor import Outcome
-from reconcile.engine.plan import ObjectKey
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.mpijob.controller import Controller
 from reconcile.mpijob.decide import decide
@@ -71,24 +69,6 @@ def test_child_events_enqueue_the_owner_key():
     assert c.queue.get(timeout=1) == "ns/pi"
     c.queue.done("ns/pi")
     assert len(c.queue) == 0
-
-
-def test_a_deletes_answer_goes_into_the_cache_while_the_object_terminates():
-    """The next sync must see the pod going away, not plan its delete again before the watch says so."""
-    c = controller()
-    pods = c.children[POD]
-    pods.store.upsert(obj("Pod", "pi-worker-0", MPIJOB_REF))
-    key = ObjectKey("", "Pod", "ns", "pi-worker-0")
-    terminating = copy.deepcopy(obj("Pod", "pi-worker-0", MPIJOB_REF))
-    terminating["metadata"].update(resourceVersion="2", deletionTimestamp="2026-01-01T00:00:30Z")
-    c._read_back(Outcome(key, "deleted", terminating))
-    assert pods.store.get("ns/pi-worker-0")["metadata"].get("deletionTimestamp")
-    # gone at once: the answer carries no deletionTimestamp; the watch's DELETED event removes it
-    gone = copy.deepcopy(obj("Pod", "pi-worker-1", MPIJOB_REF))
-    pods.store.upsert(obj("Pod", "pi-worker-1", MPIJOB_REF))
-    gone["metadata"]["resourceVersion"] = "3"
-    c._read_back(Outcome(ObjectKey("", "Pod", "ns", "pi-worker-1"), "deleted", gone))
-    assert pods.store.get("ns/pi-worker-1")["metadata"]["resourceVersion"] == "1"
 
 
 def test_policy_is_the_design_table():

@@ -155,25 +155,6 @@ def test_observe_keeps_newer_cached_object():
     assert inf.store.get("ns/a")["metadata"]["resourceVersion"] == "10"
 
 
-def test_an_event_older_than_our_own_write_does_not_undo_it():
-    """A delete's answer (the pod terminating, version 9) is in the cache; the watch then brings a status
-    update made before it (version 8). Taking it would show the pod alive again, and a sync in between
-    would delete it a second time."""
-    inf = Informer(ListWatchKube([], []), POD)
-    events = []
-    inf.add_handler(lambda e, old, new: events.append((e, (new or old)["metadata"]["resourceVersion"])))
-    inf.store.upsert(pod("a", 7))
-    terminating = pod("a", 9)
-    terminating["metadata"]["deletionTimestamp"] = "2026-12-05T10:00:00Z"
-    inf.observe(terminating)
-    inf._handle({"type": "MODIFIED", "object": pod("a", 8)})
-    assert inf.store.get("ns/a")["metadata"]["deletionTimestamp"] and inf._rv == "8" and events == []
-    # the write's own event, and anything after it, are taken as usual
-    inf._handle({"type": "MODIFIED", "object": {**terminating, "metadata": {**terminating["metadata"]}}})
-    inf._handle({"type": "DELETED", "object": pod("a", 10)})
-    assert inf.store.get("ns/a") is None and events[-1][0] == "DELETED"
-
-
 def test_updates_that_change_only_the_version_are_not_delivered():
     """What the cache form drops (a Pod's spec.nodeName, its IPs) changes the version and nothing else;
     a sync woken for it would read the same objects."""

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates deploy/crd/kubeflow.org_mpijobs.yaml (or checks it for drift with --check).
+"""Regenerates deploy/crd/kubeflow.org_mpijobs.yaml and render/mpijob.schema.json, the CRD's schema that
+`mpijob render` validates against (or checks both for drift with --check).
 
 The pod template schema comes from the Kubernetes OpenAPI v3 spec of the version pinned in
 deploy/local/versions.env; see tools/crdgen/.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.crdgen.build import CRD_PATH, k8s_src_dir, render_crd_yaml
+from tools.crdgen.build import CRD_PATH, SCHEMA_PATH, k8s_src_dir, render_crd_yaml, render_schema_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,20 +29,27 @@ def main(argv: list[str] | None = None) -> int:
     if str(args.out) == "-":
         sys.stdout.write(text)
         return 0
+    outputs = [(args.out, text)]
+    if args.out == CRD_PATH:
+        outputs.append((SCHEMA_PATH, render_schema_json(text)))
     if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current == text:
-            return 0
-        diff = difflib.unified_diff(
-            current.splitlines(), text.splitlines(), str(args.out), "generated", lineterm="", n=1
-        )
-        sys.stderr.write(
-            "\n".join(list(diff)[:60]) + f"\n{args.out} is stale: run python deploy/gen_crd.py\n"
-        )
-        return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} ({len(text.encode())} bytes)")
+        stale = 0
+        for path, want in outputs:
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            if current == want:
+                continue
+            stale = 1
+            diff = difflib.unified_diff(
+                current.splitlines(), want.splitlines(), str(path), "generated", lineterm="", n=1
+            )
+            sys.stderr.write(
+                "\n".join(list(diff)[:60]) + f"\n{path} is stale: run python deploy/gen_crd.py\n"
+            )
+        return stale
+    for path, want in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(want, encoding="utf-8")
+        print(f"wrote {path} ({len(want.encode())} bytes)")
     return 0
 
 

@@ -21,7 +21,7 @@ commands:
   plan NAME     print what the operator would do now for a live MPIJob: creates, patches, deletes and the
                 status change; reads only (exit 0: nothing to do, 1: writes due, 2: bad input)
 
-Run '{prog} COMMAND --help' for a command's flags.
+Run '{prog} COMMAND --help' for a command's flags, '{prog} --version' for the version.
 """
 
 
@@ -48,6 +48,12 @@ def _prog() -> str:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     prog = _prog()
+    if args and args[0] == "--version":
+        from render.cli import version
+        from render.names import API_VERSION
+
+        sys.stdout.write(f"{prog} {version()} ({API_VERSION})\n")
+        return 0
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE.format(prog=prog))
         return 0 if args else 2

@@ -3,12 +3,15 @@
 It reads the MPIJob and its children from the API server (GET and LIST only), and prints what the
 operator's own ``decide`` makes of them: creates, patches with their JSON patches, deletes, conflicts
 (names held by objects the job does not own), plus the status change. It writes nothing. Exit 0 when
-the operator would write nothing, 1 when it would, 2 on bad input (as `kubectl diff`).
+the operator would write nothing, 1 when it would (as `kubectl diff`), 2 on bad input (flags, kubeconfig, an
+MPIJob that does not exist or is invalid), 3 when the API server could not be asked or this program
+failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import attrs
 import jsonpatch
 import yaml
+from kubernetes.config import ConfigException
 
 import render
 from reconcile.engine import managedfields
@@ -35,6 +39,8 @@ from reconcile.runtime.kube import (
     Kube,
     api_client,
 )
+from render import names
+from render.cli import InputProblem, load_items, metadata_of, read_sources, text_field, version
 
 
 def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
@@ -44,14 +50,23 @@ def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
         allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("name", help="the MPIJob: NAME or NAMESPACE/NAME")
+    p.add_argument("name", nargs="?", help="the MPIJob: NAME or NAMESPACE/NAME")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="plan the MPIJobs a manifest file names (as `kubectl get -f`); - for stdin; repeatable",
+    )
     p.add_argument(
         "-n", "--namespace", default="", help="its namespace (default: the kubeconfig's, else default)"
     )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--cluster-domain", default="", help="as the operator's --cluster-domain")
     p.add_argument("--gang-scheduling", default="", help="as the operator's --gang-scheduling")
-    p.add_argument("-o", "--output", choices=("yaml", "text"), default="yaml")
+    p.add_argument("-o", "--output", choices=("yaml", "json", "text"), default="yaml")
+    p.add_argument("--version", action="version", version=f"{prog} {version()} ({names.API_VERSION})")
     return p
 
 
@@ -114,34 +129,86 @@ def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.C
     return report
 
 
+EXIT_INVALID = 2
+EXIT_FAILED = 3
+
+
 def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
     args = _parser(prog).parse_args(argv)
-    namespace, _, name = args.name.rpartition("/")
+    try:
+        targets = _targets(args)
+    except InputProblem as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return EXIT_INVALID
+    if not targets:
+        print("error: give NAME or -f FILE", file=sys.stderr)
+        return EXIT_INVALID
     try:
         client = api_client(args.kubeconfig, "")
-        namespace = namespace or args.namespace or _context_namespace(args.kubeconfig) or "default"
+        default_ns = args.namespace or _context_namespace(args.kubeconfig) or "default"
         kube = Kube(client, qps=0)
         config = render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
-        mpijob = kube.get(MPIJOB, namespace, name)
-        job = render.parse_mpijob(mpijob)  # an invalid spec is bad input here: its errors, exit 2
-        report = compute(mpijob, live_children(kube, job, config), config, datetime.now(UTC))
+        reports = []
+        for namespace, name in targets:
+            mpijob = kube.get(MPIJOB, namespace or default_ns, name)
+            job = render.parse_mpijob(mpijob)  # an invalid spec is bad input here: its errors, exit 2
+            reports.append(compute(mpijob, live_children(kube, job, config), config, datetime.now(UTC)))
     except render.ValidationError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     except ApiError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # kubeconfig, connection
+        return EXIT_INVALID if err.status == 404 else EXIT_FAILED
+    except ConfigException as err:  # no or a broken kubeconfig
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.output == "text":
-        lines = [f"{report['mpijob']}:", report["summary"]]
-        lines += [f"status: {op['op']} {op['path']}" for op in report["status"]]
-        sys.stdout.write("\n".join(lines) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(report, sort_keys=False, width=120))
-    return 1 if report["writes"] else 0
+        return EXIT_INVALID
+    except Exception as err:  # the API server unreachable, or a bug of ours
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    sys.stdout.write(_output(reports, args.output))
+    return 1 if any(r["writes"] for r in reports) else 0
+
+
+def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(namespace, name) of each MPIJob to plan; an empty namespace means -n's or the kubeconfig's."""
+    out = []
+    if args.name:
+        namespace, _, name = args.name.rpartition("/")
+        out.append((namespace, name))
+    if args.filename:
+        for source, text in read_sources(args.filename, recursive=False):
+            for obj in load_items(text, source):
+                if not isinstance(obj, dict) or obj.get("kind") not in (None, names.KIND):
+                    continue
+                meta = metadata_of(obj)
+                name, own = text_field(meta, "name"), text_field(meta, "namespace")
+                if not name:
+                    raise InputProblem([f"error: {source}: an MPIJob without metadata.name"])
+                if args.namespace and own and own != args.namespace:
+                    raise InputProblem(
+                        [
+                            f'error: the namespace from the provided object "{own}" does not match the '
+                            f"namespace \"{args.namespace}\". You must pass '--namespace={own}' to perform "
+                            "this operation."
+                        ]
+                    )
+                out.append((own, name))
+    return out
+
+
+def _output(reports: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "text":
+        lines = []
+        for report in reports:
+            lines += [f"{report['mpijob']}:", report["summary"]]
+            lines += [f"status: {op['op']} {op['path']}" for op in report["status"]]
+        return "\n".join(lines) + "\n"
+    if fmt == "json":
+        doc: object = reports[0] if len(reports) == 1 else reports
+        return json.dumps(doc, indent=4, ensure_ascii=False) + "\n"
+    return yaml.safe_dump_all(reports, sort_keys=False, width=120)
 
 
 def _context_namespace(kubeconfig: str) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,48 @@ def test_plan_reports_a_name_held_by_another_object(l1_cluster, namespace, mpijo
     code, report = plan(l1_cluster.kubeconfig, f"{namespace}/held")
     assert code == 1
     assert [c["object"] for c in report["plan"]["conflicts"]] == [f"ConfigMap {namespace}/held-config"]
+
+
+def _plan_proc(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "reconcile.cli", "plan", "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def test_plan_takes_kubectls_file_namespace_and_output_flags(
+    l1_cluster, namespace, mpijob_crd, kube, tmp_path
+):
+    kube.create(MPIJOB, namespace, pi_job("one"))
+    kube.create(MPIJOB, namespace, pi_job("two"))
+    manifest = tmp_path / "jobs.yaml"
+    manifest.write_text(yaml.safe_dump_all([pi_job("one"), pi_job("two")]))  # no namespace in the file
+    proc = _plan_proc(l1_cluster.kubeconfig, "-f", str(manifest), "-n", namespace, "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    reports = json.loads(proc.stdout)
+    assert [r["mpijob"] for r in reports] == [f"{namespace}/one", f"{namespace}/two"]
+    assert all(r["writes"] > 0 for r in reports)
+    proc = _plan_proc(l1_cluster.kubeconfig, "-f", "-", "-n", namespace, stdin=yaml.safe_dump(pi_job("one")))
+    assert proc.returncode == 1 and yaml.safe_load(proc.stdout)["mpijob"] == f"{namespace}/one"
+    elsewhere = {**pi_job("one"), "metadata": {"name": "one", "namespace": "other"}}
+    proc = _plan_proc(l1_cluster.kubeconfig, "-f", "-", "-n", namespace, stdin=yaml.safe_dump(elsewhere))
+    assert proc.returncode == 2 and "You must pass '--namespace=other'" in proc.stderr
+
+
+def test_plan_exit_codes_tell_bad_input_from_no_answer(l1_cluster, namespace, mpijob_crd, tmp_path):
+    missing = _plan_proc(l1_cluster.kubeconfig, f"{namespace}/nobody")
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    assert _plan_proc(l1_cluster.kubeconfig).returncode == 2  # neither NAME nor -f
+    # a kubeconfig whose server nobody answers: port 1 on loopback refuses at once
+    config = yaml.safe_load(Path(l1_cluster.kubeconfig).read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = "https://127.0.0.1:1"
+    dead = tmp_path / "dead.kubeconfig"
+    dead.write_text(yaml.safe_dump(config))
+    unreachable = _plan_proc(dead, f"{namespace}/pi")
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert unreachable.stderr.startswith("error: ") and "Traceback" not in unreachable.stderr

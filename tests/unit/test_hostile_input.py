@@ -230,6 +230,7 @@ def test_malformed_observed_objects_are_validation_errors_in_the_cli(tmp_path):
     assert err.splitlines() == [
         "--observed[0].metadata: Invalid value: must be an object",
         "--observed[1].status.conditions[0]: Invalid value: must be an object",
+        "--observed[1].metadata.name: Required value",
     ]
     code, _, err = main_with_observed(tmp_path, "a: [")
-    assert code == 2 and err.startswith("--observed: ")
+    assert code == 2 and err.startswith(f"{tmp_path / 'obs.yaml'}: line ")

@@ -34,7 +34,7 @@ def test_a_12_line_alias_bomb_is_refused_at_once():
     elapsed = time.monotonic() - start
     assert code == 2 and out == ""
     limit = f"{MAX_ALIAS_NODES:,}"
-    assert err == f"<yaml>: aliases expand the input by more than {limit} nodes (an alias bomb?)\n"
+    assert err == f"STDIN: aliases expand the input by more than {limit} nodes (an alias bomb?)\n"
     assert elapsed < 5, elapsed
 
 
@@ -64,7 +64,7 @@ def test_duplicate_keys_name_the_key_and_both_lines():
     text = PI.replace("  name: pi\n", "  name: pi\n  labels: {a: b}\n  name: pie\n", 1)
     code, out, err = run_cli(["-", *NOW], stdin=text)
     assert code == 2 and out == ""
-    assert err == '<yaml>: line 7: duplicate key "name" (first at line 5)\n'
+    assert err == 'STDIN: line 7: duplicate key "name" (first at line 5)\n'
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_duplicate_keys_in_observed_objects(tmp_path):
     (tmp_path / "obs.yaml").write_text("- kind: Pod\n  kind: Pod\n")
     (tmp_path / "job.yaml").write_text(json.dumps(job()))
     code, _, err = run_cli([str(tmp_path / "job.yaml"), "--observed", str(tmp_path / "obs.yaml")])
-    assert code == 2 and err == '--observed: line 2: duplicate key "kind" (first at line 1)\n'
+    assert code == 2 and err == f'{tmp_path / "obs.yaml"}: line 2: duplicate key "kind" (first at line 1)\n'
     with pytest.raises(InputError):
         load_objects("a: 1\na: 2\n")
 

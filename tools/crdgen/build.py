@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+import yaml
+
+from render.schema import strip_descriptions
 from tools.crdgen.crd import crd, to_yaml
 from tools.crdgen.k8s_schema import SPEC_RELPATH, Converter, load_schemas
 
@@ -46,3 +50,14 @@ def spec_path(src: Path) -> Path:
 def render_crd_yaml(src: Path) -> str:
     """The CRD file's exact text for the Kubernetes sources at `src`."""
     return to_yaml(crd(Converter(load_schemas(spec_path(src)))), k8s_version())
+
+
+SCHEMA_PATH = REPO / "render" / "mpijob.schema.json"
+
+
+def render_schema_json(crd_text: str) -> str:
+    """render/mpijob.schema.json for a CRD file's text: its one version's schema, without descriptions,
+    one key per line (readable diffs)."""
+    (version,) = yaml.safe_load(crd_text)["spec"]["versions"]
+    schema = strip_descriptions(version["schema"]["openAPIV3Schema"])
+    return json.dumps(schema, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

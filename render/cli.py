@@ -55,14 +55,7 @@ def _parser(prog: str = "mpijob render") -> argparse.ArgumentParser:
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("file", nargs="?", help="as -f FILE")
-    p.add_argument(
-        "-f",
-        "--filename",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="manifest file or directory (its .yaml, .yml and .json files); - for stdin; repeatable",
-    )
+    add_filename_flag(p, "manifest file or directory (its .yaml, .yml and .json files); - for stdin")
     p.add_argument("-R", "--recursive", action="store_true", help="read the directories of -f recursively")
     p.add_argument(
         "-n",
@@ -177,14 +170,13 @@ def _main(args: argparse.Namespace) -> int:
         if type_meta:  # another kind, or another API's MPIJob: its other fields mean other things
             errors += [prefix + line for line in type_meta]
             continue
-        job_errors, job_warnings, obj = _admit(item.obj, strict=strict, warn=warn)
+        job_errors, job_warnings, obj, judged = _admit(item.obj, strict=strict, warn=warn)
         if not job_errors:
-            job_errors, obj = _namespace(obj, args.namespace)
+            job_errors = namespace_mismatch(text_field(metadata_of(obj), "namespace"), args.namespace)
         rendered = None
         try:
             rendered = run(with_cli_defaults(obj, args.namespace), objects, now, key, config)
         except ValidationError as exc:
-            judged = {normal_path(e) for e in _error_paths(job_errors)}
             job_errors += [str(e) for e in exc.errors if normal_path(e.path) not in judged]
         warnings += [prefix + line for line in job_warnings]
         if job_errors or rendered is None:
@@ -204,23 +196,17 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _error_paths(lines: list[str]) -> Iterator[str]:
-    for line in lines:
-        path, sep, _ = line.partition(": ")
-        if sep and not line.startswith("unknown field "):
-            yield path
-
-
-def _admit(obj: object, *, strict: bool, warn: bool) -> tuple[list[str], list[str], object]:
-    """What the API server would say of creating `obj`: errors, warnings, and the object it would keep."""
+def _admit(obj: object, *, strict: bool, warn: bool) -> tuple[list[str], list[str], object, set[str]]:
+    """What the API server would say of creating `obj`: errors, warnings, the object it would keep, and
+    the (normalized) paths its errors name."""
     if not isinstance(obj, dict) or too_deep(obj) is not None:
-        return [], [], obj  # parse_mpijob names the problem
+        return [], [], obj, set()  # parse_mpijob names the problem
     verdict = admit(obj)
     unknown = [f"unknown field {json.dumps(path)}" for path in verdict.unknown]
     errors = [str(e) for e in verdict.errors]
     if strict:
-        return unknown + errors, [], verdict.pruned
-    return errors, [f"Warning: {line}" for line in unknown] if warn else [], verdict.pruned
+        return unknown + errors, [], verdict.pruned, verdict.paths
+    return errors, [f"Warning: {line}" for line in unknown] if warn else [], verdict.pruned, verdict.paths
 
 
 def _type_meta_errors(obj: object) -> list[str]:
@@ -234,16 +220,21 @@ def _type_meta_errors(obj: object) -> list[str]:
     return []
 
 
-def _namespace(obj: object, flag: str) -> tuple[list[str], object]:
-    """kubectl's rule: an object's own namespace must be the one -n names."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    own = meta.get("namespace") if isinstance(meta, dict) else None
-    if flag and isinstance(own, str) and own and own != flag:
+def namespace_mismatch(own: str, flag: str) -> list[str]:
+    """kubectl's rule, in its words: an object's own namespace must be the one -n names."""
+    if flag and own and own != flag:
         return [
             f"error: the namespace from the provided object {json.dumps(own)} does not match the namespace "
             f"{json.dumps(flag)}. You must pass '--namespace={own}' to perform this operation."
-        ], obj
-    return [], obj
+        ]
+    return []
+
+
+def add_filename_flag(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """kubectl's -f: repeatable, - for stdin."""
+    parser.add_argument(
+        "-f", "--filename", action="append", default=[], metavar="FILE", help=f"{help_text}; repeatable"
+    )
 
 
 def read_sources(paths: list[str], recursive: bool) -> Iterator[tuple[str, str]]:

@@ -12,6 +12,7 @@ from render import bounds, names
 from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from render.defaults import apply_defaults
 from render.errors import FieldError, ValidationError, quote
+from render.schema import json_type
 from render.validation import validate
 from render.yamlio import Loader
 
@@ -88,6 +89,7 @@ class Reader:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_JSON_TYPES = frozenset({"null", "boolean", "number", "string", "array", "object"})
 
 
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> str | None:
@@ -135,24 +137,16 @@ def _deep_path(obj: object, limit: int) -> str:
 
 
 def _type_name(value: object) -> str:
-    """JSON's name for the value's type (YAML-only types, e.g. !!binary, by their YAML tag)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
+    """JSON's name for the value's type, numbers all `number` (YAML-only types, e.g. !!binary, by their
+    YAML tag)."""
     if isinstance(value, bytes):
         return "!!binary"
     if isinstance(value, set):
         return "!!set"
-    return "non-JSON value"
+    kind = json_type(value)
+    if kind == "integer":
+        return "number"
+    return kind if kind in _JSON_TYPES else "non-JSON value"
 
 
 def read_mpijob(obj: object) -> tuple[MPIJob | None, list[FieldError]]:

@@ -40,7 +40,17 @@ from reconcile.runtime.kube import (
     api_client,
 )
 from render import names
-from render.cli import InputProblem, load_items, metadata_of, read_sources, text_field, version
+from render.cli import (
+    EXIT_INVALID,
+    InputProblem,
+    add_filename_flag,
+    load_items,
+    metadata_of,
+    namespace_mismatch,
+    read_sources,
+    text_field,
+    version,
+)
 
 
 def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
@@ -51,14 +61,7 @@ def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", nargs="?", help="the MPIJob: NAME or NAMESPACE/NAME")
-    p.add_argument(
-        "-f",
-        "--filename",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="plan the MPIJobs a manifest file names (as `kubectl get -f`); - for stdin; repeatable",
-    )
+    add_filename_flag(p, "plan the MPIJobs a manifest file names (as `kubectl get -f`); - for stdin")
     p.add_argument(
         "-n", "--namespace", default="", help="its namespace (default: the kubeconfig's, else default)"
     )
@@ -129,8 +132,7 @@ def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.C
     return report
 
 
-EXIT_INVALID = 2
-EXIT_FAILED = 3
+EXIT_FAILED = 3  # the API server could not be asked, or a bug of ours
 
 
 def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
@@ -186,14 +188,9 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
                 name, own = text_field(meta, "name"), text_field(meta, "namespace")
                 if not name:
                     raise InputProblem([f"error: {source}: an MPIJob without metadata.name"])
-                if args.namespace and own and own != args.namespace:
-                    raise InputProblem(
-                        [
-                            f'error: the namespace from the provided object "{own}" does not match the '
-                            f"namespace \"{args.namespace}\". You must pass '--namespace={own}' to perform "
-                            "this operation."
-                        ]
-                    )
+                mismatch = namespace_mismatch(own, args.namespace)
+                if mismatch:
+                    raise InputProblem(mismatch)
                 out.append((own, name))
     return out
 

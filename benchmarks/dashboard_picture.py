@@ -41,10 +41,11 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster import ClusterSpec  # noqa: E402
 from localcluster.binaries import BUILD_SCRIPT, BinariesMissing, built_dir  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
 from localcluster.processes import Proc, free_port, http_ok, spawn  # noqa: E402
+from localcluster.sandbox import RealCluster  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
 from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
 from tests.node.jobs import node_job, set_mpirun_args  # noqa: E402
@@ -191,7 +192,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     binary = prometheus_binary()
     version = prometheus_version(binary)
     began = time.monotonic()
-    cluster = LocalCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
+    cluster = RealCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
     cluster.start()
     print(f"cluster with the real node up in {time.monotonic() - began:.1f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="dashboard-picture-"))

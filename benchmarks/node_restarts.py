@@ -31,9 +31,10 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster import ClusterSpec  # noqa: E402
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
-from localcluster.realnode import node_rss_bytes  # noqa: E402
+from localcluster.sandbox import RealCluster  # noqa: E402
+from localcluster.sandbox.seal import node_rss_bytes  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
 from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
@@ -55,7 +56,7 @@ def main() -> int:
     impls = args.impl or list(IMPLS)
 
     began = time.monotonic()
-    cluster = LocalCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
+    cluster = RealCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
     cluster.start()
     print(f"cluster with the real node up in {time.monotonic() - began:.1f}s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="node-bench-"))
@@ -87,7 +88,7 @@ def main() -> int:
                         e2e.wait_for(
                             lambda e=e2e: len(e.workers("pi")) == 2 and e.launcher_pods("pi"), "pods", 30
                         )
-                    rss = node_rss_bytes(cluster)
+                    rss = node_rss_bytes(cluster.work_dir, ["real-node-1"])
                 job = e2e.wait_finished("pi", timeout=300)
                 took = time.monotonic() - t0
                 ok = condition_is(job, "Succeeded")
@@ -103,7 +104,7 @@ def main() -> int:
                     flush=True,
                 )
                 if i == 0 and impl == impls[0]:
-                    rss = node_rss_bytes(cluster)
+                    rss = node_rss_bytes(cluster.work_dir, ["real-node-1"])
                 core.delete_namespace(ns)
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline and core.list_namespaced_pod(ns).items:

@@ -26,7 +26,7 @@ from localcluster.processes import Proc, free_port, http_ok, spawn
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-Tier = Literal["l1", "l2", "real"]  # real: L2 plus one real node (kubelet + containerd)
+Tier = Literal["l1", "l2", "real"]  # real: L2 with real nodes (kubelet + containerd), all in a sandbox
 STATE_FILE = "state.json"
 # Written nowhere because of --endpoint-reconciler-type=none, but the apiserver needs a non-loopback
 # address and must not depend on the machine having a default route (TEST-NET-3 documentation address).
@@ -72,8 +72,9 @@ class ClusterSpec:
     audit: bool = False
     # extra kube-apiserver flags (benchmarks: e.g. a small --max-requests-inflight to load it)
     apiserver_args: tuple[str, ...] = ()
-    # the images the real node gets (tier "real"; None: every image localcluster.images builds)
+    # the images the real nodes get (tier "real"; None: every image localcluster.images builds)
     node_images: tuple[str, ...] | None = None
+    real_nodes: int = 1  # tier "real"
 
 
 _live: set[LocalCluster] = set()
@@ -96,12 +97,17 @@ class LocalCluster:
         bin_dir: Path | None = None,
         detached: bool = False,
         keep_work_dir: bool = False,
+        sandboxed: bool = False,
+        apiserver_port: int | None = None,
     ) -> None:
         self.spec = spec or ClusterSpec()
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"mpijob-{self.spec.tier}-"))
         self.bin_dir = bin_dir
         self.detached = detached
         self.keep_work_dir = keep_work_dir
+        # Tier "real": the control plane of localcluster.sandbox.RealCluster, run inside its sandbox.
+        self.sandboxed = sandboxed
+        self.apiserver_port = apiserver_port
         self.procs: list[Proc] = []
         self.server = ""
         self.ports: dict[str, int] = {}
@@ -119,6 +125,11 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         return self.work_dir / "admin.kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        # Inside the sandbox the PIDs are the sandbox's own: never in the file the machine's `down` reads.
+        return self.work_dir / ("sandbox-state.json" if self.sandboxed else STATE_FILE)
 
     @property
     def log_dir(self) -> Path:
@@ -143,39 +154,35 @@ class LocalCluster:
         if not self.detached:
             _live.add(self)
         try:
-            self._write_pki()
-            self._start_etcd()
-            self._start_apiserver()
-            if self.spec.tier in ("l2", "real"):
-                self._start_controllers()
-                # Tests add fake nodes to an L2 cluster at will; a real node's cluster has none unless asked.
-                if self.spec.tier == "l2" or self.spec.nodes:
-                    self._start_kwok()
-                self._wait_for_default_service_account()
-            if self.spec.tier == "real":
-                from localcluster.realnode import RealNode
-
-                self.write_state()  # a crash from here on can be cleaned up with `down`
-                RealNode(self, images=self.spec.node_images).start()
+            self._start_components()
             self.write_state()
         except BaseException:
             self.stop(keep_logs=True)
             raise
         return self
 
+    def _start_components(self) -> None:
+        if self.spec.tier == "real" and not self.sandboxed:
+            raise StartupError("tier real runs in its sandbox: use localcluster.sandbox.RealCluster")
+        self._write_pki()
+        self._start_etcd()
+        self._start_apiserver()
+        if self.spec.tier in ("l2", "real"):
+            self._start_controllers()
+            # Tests add fake nodes to an L2 cluster at will; a real node's cluster has none unless asked.
+            if self.spec.tier == "l2" or self.spec.nodes:
+                self._start_kwok()
+            self._wait_for_default_service_account()
+
     def stop(self, *, keep_logs: bool = False) -> None:
         """Stop every process (reverse start order) and remove the work dir (only the logs stay if asked)."""
-        if self.spec.tier == "real":
-            from localcluster.realnode import RealNode
-
-            RealNode(self).stop()  # kubelet, containers, containerd, then the node's host state
         for proc in reversed(self.procs):
             proc.stop()
         self.procs = []
         _live.discard(self)
         if keep_logs or self.keep_work_dir:
             shutil.rmtree(self.work_dir / "etcd-data", ignore_errors=True)
-            (self.work_dir / STATE_FILE).unlink(missing_ok=True)
+            self.state_file.unlink(missing_ok=True)
         else:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -191,9 +198,8 @@ class LocalCluster:
                 {"name": p.name, "pid": p.pid, "started": p.started, "log": str(p.log)} for p in self.procs
             ],
         }
-        path = self.work_dir / STATE_FILE
-        path.write_text(json.dumps(state, indent=2) + "\n")
-        return path
+        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
+        return self.state_file
 
     @classmethod
     def from_state(cls, work_dir: Path) -> LocalCluster:
@@ -306,12 +312,10 @@ class LocalCluster:
         pki._write_pair(self.pki_dir, "apiserver", cert, key)
         pki.write_service_account_keys(self.pki_dir)
         if self.spec.tier == "real":
-            from localcluster.realnode.node import apiserver_pki
-
-            self.kubelet_client_flags = apiserver_pki(ca, self.pki_dir)
+            self.kubelet_client_flags = pki.kubelet_client_flags(ca, self.pki_dir)
         cert, key = ca.issue("admin", ("system:masters",), client=True)
         pki._write_pair(self.pki_dir, "admin", cert, key)
-        self.ports["apiserver"] = free_port()
+        self.ports["apiserver"] = self.apiserver_port or free_port()
         self.server = f"https://127.0.0.1:{self.ports['apiserver']}"
         pki.write_kubeconfig(
             self.kubeconfig, server=self.server, ca_pem=ca.cert_pem, cert_pem=cert, key_pem=key, user="admin"
@@ -380,7 +384,7 @@ class LocalCluster:
         argv += self.spec.apiserver_args
         self._apiserver_argv = argv
         proc = self.spawn("kube-apiserver", argv)
-        ctx = self._admin_ssl()
+        ctx = self.admin_ssl()
         self.wait_for(proc, lambda: http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
 
     def restart_apiserver(self, *, kill: bool = True, down: float = 0.0) -> float:
@@ -395,7 +399,7 @@ class LocalCluster:
         time.sleep(down)
         proc = spawn("kube-apiserver", self._apiserver_argv, old.log, detached=self.detached, append=True)
         self.procs[self.procs.index(old)] = proc
-        ctx = self._admin_ssl()
+        ctx = self.admin_ssl()
         self.wait_for(proc, lambda: http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
         if self.detached:
             self.write_state()
@@ -426,6 +430,12 @@ class LocalCluster:
                 f"--cluster-signing-key-file={p / 'ca.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--use-service-account-credentials=false",
+                # A lost real node shows as NotReady 10 s after its last heartbeat, not 40 s.
+                *(
+                    ["--node-monitor-period=1s", "--node-monitor-grace-period=10s"]
+                    if self.spec.tier == "real"
+                    else []
+                ),
             ],
         )
         sched = self.spawn(
@@ -503,7 +513,7 @@ class LocalCluster:
         """The process started under `name`."""
         return next(p for p in self.procs if p.name == name)
 
-    def _admin_ssl(self) -> ssl.SSLContext:
+    def admin_ssl(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
         ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
         return ctx

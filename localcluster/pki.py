@@ -178,3 +178,18 @@ def write_kubeconfig(
     path.touch(mode=0o600)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+
+
+def kubelet_client_flags(ca: CertificateAuthority, pki_dir: Path) -> list[str]:
+    """The apiserver's side of the kubelet API (logs, exec): a client certificate, and the CA of the
+    kubelets' serving certificates."""
+    cert, key = ca.issue(KUBELET_CLIENT_USER, client=True)
+    crt, k = _write_pair(pki_dir, "apiserver-kubelet-client", cert, key)
+    return [
+        f"--kubelet-client-certificate={crt}",
+        f"--kubelet-client-key={k}",
+        f"--kubelet-certificate-authority={pki_dir / 'ca.crt'}",
+    ]

@@ -19,7 +19,9 @@ from kubernetes import client, config
 from localcluster import BinariesMissing, StartupError
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
 from localcluster.operator import OperatorExited, OperatorRunner, stop_recorded
-from localcluster.realnode import NODE_LABEL, NodeUnavailable, check_host
+from localcluster.sandbox import NODE_LABEL, NodeUnavailable, RealCluster, check_host
+from localcluster.sandbox.layout import MAX_NODES
+from localcluster.sandbox.seal import attach
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pi.yaml"
@@ -237,7 +239,7 @@ def print_launcher_output(api: client.ApiClient, name: str, namespace: str) -> N
 def down() -> int:
     stop_operator()
     if (STATE_DIR / "cluster" / STATE_FILE).exists():
-        LocalCluster.from_state(STATE_DIR / "cluster").stop()
+        attach(STATE_DIR / "cluster").stop()
     say("stopped the operator and the local cluster")
     return 0
 
@@ -269,7 +271,12 @@ def run() -> int:
     parser.add_argument("--down", action="store_true", help="stop what --keep left running")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the job")
     parser.add_argument("--kwok", action="store_true", help="fake nodes only (fast; pods do not really run)")
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="real nodes (each its own kubelet and containerd)"
+    )
     args = parser.parse_args()
+    if not 1 <= args.nodes <= MAX_NODES:
+        parser.error(f"--nodes must be 1 to {MAX_NODES}")
     if args.down:
         return down()
     if (STATE_DIR / "cluster" / STATE_FILE).exists():
@@ -286,19 +293,27 @@ def run() -> int:
     elif not args.kwok:
         fall_back_to_kwok(why)
     if tier == "real":
-        say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, one real node")
-        spec = ClusterSpec(tier="real", nodes=0, startup_timeout=180, node_images=job_images(real_job))
+        nodes = "one real node" if args.nodes == 1 else f"{args.nodes} real nodes"
+        say(f"starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, {nodes}")
+        spec = ClusterSpec(
+            tier="real",
+            nodes=0,
+            real_nodes=args.nodes,
+            startup_timeout=180,
+            node_images=job_images(real_job),
+        )
     else:
         say("starting the local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok (2 nodes)")
         spec = ClusterSpec(tier="l2", nodes=2)
-    cluster = LocalCluster(spec, work_dir=STATE_DIR / "cluster", detached=args.keep)
+    cluster_type = RealCluster if tier == "real" else LocalCluster
+    cluster = cluster_type(spec, work_dir=STATE_DIR / "cluster", detached=args.keep)
     ok = started = False
     with terminate_on_signals():
         try:
             began = time.monotonic()
             try:
                 cluster.start()
-            except NodeUnavailable as err:  # e.g. another run's real node on this machine
+            except NodeUnavailable as err:  # e.g. no root, no overlayfs
                 fall_back_to_kwok(str(err))
                 cluster = LocalCluster(
                     ClusterSpec(tier="l2", nodes=2), work_dir=STATE_DIR / "cluster", detached=args.keep

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the real node (tier L4, `localcluster up --tier real`) needs. Idempotent:
+# Installs the Debian packages the real nodes (tier L4, `localcluster up --tier real`) need. Idempotent:
 # a warm run only checks dpkg and exits. Needs root (apt-get).
 #   containerd, runc, containernetworking-plugins  the container runtime and pod network
 #   debootstrap                                     the images' Debian base (built, never pulled)
-#   iptables, iproute2                              teardown of the kubelet's chains, the node's bridge
+#   iproute2, iptables                              the sandbox's network; the machine record (read only)
 #   gcc, libc6-dev                                  the pause image's static binary
 set -euo pipefail
 pkgs=(containerd runc containernetworking-plugins debootstrap iptables iproute2 gcc libc6-dev)

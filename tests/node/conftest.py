@@ -1,14 +1,14 @@
-"""L4 fixtures: a local cluster with one real node (`localcluster --tier real`: kubelet, containerd,
-CoreDNS, real images, no kwok nodes), deploy/base-no-operator applied, and the operator as its own process
-under the mpi-operator ServiceAccount. Needs root; a machine that cannot run the node fails the tier
-with the reason (never skips it), except with --skip-cluster."""
+"""L4 fixtures: a local cluster with three real nodes (`localcluster --tier real --nodes 3`: kubelets,
+containerds, CoreDNS, real images, no kwok nodes, all sealed in the sandbox), deploy/base-no-operator
+applied, and the operator as its own process under the mpi-operator ServiceAccount. The machine is
+recorded before and compared after: a run that changed it fails. Needs root; a machine that cannot run
+the nodes fails the tier with the reason (never skips it), except with --skip-cluster."""
 
 from __future__ import annotations
 
 import contextlib
 import re
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +18,14 @@ import pytest
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
+from localcluster.sandbox import RealCluster, machine, seal
 from reconcile.runtime.kube import EVENT, POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
 from tests.node.jobs import launcher_restarts
 
 JOB_TIMEOUT = 240.0
+REAL_NODES = 3
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,11 +37,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def real_cluster() -> Iterator[LocalCluster]:
-    cluster = LocalCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
+def machine_unchanged() -> Iterator[None]:
+    """The machine's network, mounts, kernel settings and this run's parent processes are the same
+    after the real tier as before it (set up before the cluster, checked after its teardown)."""
+    before = machine.snapshot()
+    yield
+    changed = machine.differences(before, machine.snapshot())
+    assert not changed, "the real tier changed the machine:\n" + "\n".join(changed)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(machine_unchanged: None) -> Iterator[LocalCluster]:
+    cluster = RealCluster(ClusterSpec(tier="real", nodes=0, real_nodes=REAL_NODES, startup_timeout=180))
     began = time.monotonic()
     cluster.start()  # NodeUnavailable / BinariesMissing: the tier errors with the reason
-    print(f"\n[localcluster] real node ready in {time.monotonic() - began:.1f}s")
+    print(f"\n[localcluster] {REAL_NODES} real nodes ready in {time.monotonic() - began:.1f}s")
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
         with contextlib.closing(cluster.api_client()) as api:
@@ -122,15 +134,11 @@ def node_e2e(
         api.close()
 
 
-def sshd_processes() -> list[int]:
-    """sshd processes running in the real node's pod cgroups."""
-    from localcluster.realnode import host
-
-    out = subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True, check=False).stdout
+def sshd_processes(cluster: LocalCluster) -> list[int]:
+    """sshd processes running on the real nodes (found in the sandbox's cgroups)."""
     pids = []
-    for pid in out.split():
+    for pid in seal.sandbox_pids(cluster.work_dir):
         with contextlib.suppress(OSError):
-            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
-            if f"/{host.CGROUP_ROOT}/" in cgroups:
-                pids.append(int(pid))
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                pids.append(pid)
     return pids

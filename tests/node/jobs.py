@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from localcluster.images.build import image_names
-from localcluster.realnode import NODE_LABEL
+from localcluster.sandbox import NODE_LABEL
 from tests.utils import pi_job
 
 IMPLS = {"openmpi": "OpenMPI", "openmpi-nonroot": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}

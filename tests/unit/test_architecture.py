@@ -84,9 +84,9 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
             "reconcile/runtime/__init__.py": "",
             "reconcile/runtime/informer.py": "import render.core\n",
             "localcluster/__init__.py": "",
-            "localcluster/cluster.py": "from localcluster.realnode import node\n",
-            "localcluster/realnode/__init__.py": "",
-            "localcluster/realnode/node.py": "from localcluster import cluster\n",
+            "localcluster/cluster.py": "from localcluster.sandbox import seal\n",
+            "localcluster/sandbox/__init__.py": "",
+            "localcluster/sandbox/seal.py": "from localcluster import cluster\n",
         },
     )
     proc = _lint_imports(tmp_path, REPO / "pyproject.toml")

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from localcluster import binaries
 from localcluster.images import build
-from localcluster.realnode import node as realnode
+from localcluster.sandbox import seal
+from localcluster.sandbox.node import host as realnode_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,12 +195,12 @@ def test_the_real_node_builds_the_images_it_is_given(monkeypatch: pytest.MonkeyP
         asked.append(names)
         raise Stop
 
-    monkeypatch.setattr(realnode.host, "check_host", lambda: None)
-    monkeypatch.setattr(realnode, "find_node_bin_dir", lambda: Path("/nonexistent"))
-    monkeypatch.setattr(realnode.images, "build_images", build_images)
+    monkeypatch.setattr(realnode_host, "check_host", lambda: None)
+    monkeypatch.setattr(binaries, "find_node_bin_dir", lambda: Path("/nonexistent"))
+    monkeypatch.setattr(build, "build_images", build_images)
     for given in ((OPENMPI,), None):
         with pytest.raises(Stop):
-            realnode.RealNode(object(), images=given).start()  # type: ignore[arg-type]
+            seal.start(object(), 1, given)  # type: ignore[arg-type]
     assert asked == [(OPENMPI,), None]
 
 

@@ -1,35 +1,37 @@
-"""The real node's configuration files: containerd, the CNI network, the kubelet, CoreDNS."""
+"""A real node's configuration files: containerd, the CNI network, the kubelet; and CoreDNS's."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from localcluster.realnode.host import (
-    BRIDGE,
+from localcluster.sandbox.layout import (
     BRIDGE_IP,
-    CGROUP_ROOT,
-    CONTAINERD_ROOT,
-    POD_SUBNET,
-    RUN_DIR,
-    SOCKET,
-    STATE,
+    CLUSTER_DOMAIN,
+    NETWORK,
+    SERVICE_CIDR,
+    NodeAddress,
 )
 
-CNI_CONF_DIR = RUN_DIR / "cni"
-KUBELET_ROOT = RUN_DIR / "kubelet"
-POD_LOGS = RUN_DIR / "pod-logs"
-CLUSTER_DOMAIN = "cluster.local"
-SERVICE_CIDR = "10.96.0.0/16"  # localcluster.cluster.SERVICE_CIDR
+# Inside a node's own mount namespace: the usual paths, private to the node (see nodeinit).
+CONTAINERD_ROOT = Path("/var/lib/containerd")
+CONTAINERD_STATE = Path("/run/containerd")
+SOCKET = CONTAINERD_STATE / "containerd.sock"
+KUBELET_ROOT = Path("/var/lib/kubelet")
+CNI_STATE = Path("/var/lib/cni")
+POD_LOGS = Path("/var/log/pods")
+CNI_BRIDGE = "cni0"
 
 
-def containerd_config(sandbox_image: str) -> str:
+def containerd_config(
+    sandbox_image: str, *, cni_conf_dir: Path, root: Path = CONTAINERD_ROOT, state: Path = CONTAINERD_STATE
+) -> str:
     # restrict_oom_score_adj: this machine drops CAP_SYS_RESOURCE from the bounding set, so the CRI's
     # oom_score_adj=-998 for the sandbox would fail ("can't get final child's PID from pipe").
     return f"""\
 version = 2
-root = "{CONTAINERD_ROOT}"
-state = "{STATE / "containerd"}"
+root = "{root}"
+state = "{state}"
 disabled_plugins = [
   "io.containerd.internal.v1.opt",
   "io.containerd.snapshotter.v1.aufs",
@@ -40,10 +42,10 @@ disabled_plugins = [
 ]
 
 [grpc]
-  address = "{SOCKET}"
+  address = "{state / "containerd.sock"}"
 
 [ttrpc]
-  address = "{SOCKET}.ttrpc"
+  address = "{state / "containerd.sock"}.ttrpc"
 
 [metrics]
   address = ""
@@ -51,7 +53,6 @@ disabled_plugins = [
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{sandbox_image}"
   restrict_oom_score_adj = true
-  # Pod network namespaces under our state dir, not the machine's /run/netns (others bind-mount it).
   netns_mounts_under_state_dir = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -63,35 +64,44 @@ disabled_plugins = [
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "{CNI_CONF_DIR}"
+    conf_dir = "{cni_conf_dir}"
 """
 
 
-def cni_conflist() -> str:
+def cni_conflist(node: NodeAddress) -> str:
     net = {
         "cniVersion": "1.0.0",
         "name": "mpijob-node",
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": BRIDGE,
+                "bridge": CNI_BRIDGE,
                 "isGateway": True,
-                "ipMasq": False,  # nothing is routed past the host
+                "ipMasq": False,  # pods keep their addresses across nodes: routes, no NAT
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": str(POD_SUBNET), "gateway": BRIDGE_IP}]],
-                    # Only the Service range is routed (to the host, which DNATs the API's address).
-                    "routes": [{"dst": SERVICE_CIDR}],
-                    "dataDir": str(RUN_DIR / "cni-ipam"),
+                    "ranges": [[{"subnet": str(node.pod_subnet), "gateway": node.pod_gateway}]],
+                    # Other nodes' pods, CoreDNS and the `kubernetes` Service; nothing else exists.
+                    "routes": [{"dst": str(NETWORK)}, {"dst": SERVICE_CIDR}],
+                    "dataDir": str(CNI_STATE / "networks"),
                 },
-            }
+            },
+            {"type": "loopback"},
         ],
     }
     return json.dumps(net, indent=2) + "\n"
 
 
-def kubelet_config(*, ca: Path, serving_cert: Path, serving_key: Path, resolv_conf: Path) -> str:
+def kubelet_config(
+    node: NodeAddress,
+    *,
+    ca: Path,
+    serving_cert: Path,
+    serving_key: Path,
+    resolv_conf: Path,
+    cgroup_root: str,
+) -> str:
     cfg = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -104,13 +114,13 @@ def kubelet_config(*, ca: Path, serving_cert: Path, serving_key: Path, resolv_co
         "authorization": {"mode": "Webhook"},
         "tlsCertFile": str(serving_cert),
         "tlsPrivateKeyFile": str(serving_key),
-        "address": BRIDGE_IP,
+        "address": node.ip,
         "port": 10250,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": 10248,
         "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{CGROUP_ROOT}",
+        "cgroupRoot": cgroup_root,  # the node's own cgroup: its pods count against its memory
         "failCgroupV1": False,  # this kind of machine has cgroup v1 hierarchies
         "failSwapOn": False,
         "containerRuntimeEndpoint": f"unix://{SOCKET}",
@@ -126,7 +136,9 @@ def kubelet_config(*, ca: Path, serving_cert: Path, serving_key: Path, resolv_co
         "registerNode": True,
         "syncFrequency": "10s",
         "fileCheckFrequency": "10s",
-        "nodeStatusUpdateFrequency": "5s",
+        # A lost node shows as NotReady within seconds (the controller-manager's grace is 10 s).
+        "nodeStatusUpdateFrequency": "2s",
+        "nodeLeaseDurationSeconds": 8,
     }
     return json.dumps(cfg, indent=2) + "\n"
 

@@ -333,7 +333,7 @@ def run() -> int:
             if tier == "real":
                 job = real_job
                 image = ", ".join(job_images(job))
-                say(f"on the real node: image {image} (built here), cpu limit {REAL_CPU} per pod")
+                say(f"on {nodes}: image {image} (built here), cpu limit {REAL_CPU} per pod")
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
             say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
             api = config.new_client_from_config(config_file=str(cluster.kubeconfig))

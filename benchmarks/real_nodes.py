@@ -30,7 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from localcluster import ClusterSpec  # noqa: E402
 from localcluster.images.build import image_names  # noqa: E402
+from localcluster.nodes import sleeping_pod  # noqa: E402
 from localcluster.sandbox import RealCluster, node_address  # noqa: E402
+from localcluster.sandbox.layout import Paths  # noqa: E402
 from localcluster.sandbox.node import store  # noqa: E402
 from localcluster.sandbox.seal import node_rss_bytes  # noqa: E402
 from reconcile.runtime.kube import POD, Kube  # noqa: E402
@@ -38,29 +40,9 @@ from reconcile.runtime.kube import POD, Kube  # noqa: E402
 MiB = 2**20
 
 
-def sleeper(node: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"sleep-{node}", "namespace": "default"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "sleep",
-                    "image": image_names()["openmpi"],
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                }
-            ],
-        },
-    }
-
-
 def disk(cluster: RealCluster, names: list[str]) -> dict[str, int]:
     """Bytes per node directory, hard links counted once (the prepared stores first)."""
-    dirs = [store.STORES, *(cluster.work_dir / "nodes" / n for n in names)]
+    dirs = [store.STORES, *(Paths(cluster.work_dir).node_dir(n) for n in names)]
     out = subprocess.run(["du", "-sb", *map(str, dirs)], capture_output=True, text=True, check=True).stdout
     sizes = [int(line.split()[0]) for line in out.splitlines()]
     return dict(zip(names, sizes[1:], strict=True))
@@ -79,7 +61,9 @@ def run_once(nodes: int, measure: bool) -> float:
         api = cluster.api_client()
         kube = Kube(api, qps=0)
         for name in names:
-            kube.create(POD, "default", sleeper(name))
+            kube.create(
+                POD, "default", sleeping_pod(f"sleep-{name}", "default", name, image_names()["openmpi"])
+            )
         deadline = time.monotonic() + 120
         while any(
             kube.get(POD, "default", f"sleep-{n}").get("status", {}).get("phase") != "Running" for n in names

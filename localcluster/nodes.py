@@ -1,4 +1,5 @@
-"""kwok fake nodes: the Node objects kwok manages, and the kwok config built from deploy/local/stages."""
+"""Nodes: the Node objects kwok manages, the kwok config built from deploy/local/stages, and a pod that
+only sleeps on a given node (something to run there)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,28 @@ def write_kwok_config(path: Path, stages_dir: Path) -> Path:
     docs += [f.read_text() for f in stage_files]
     path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
     return path
+
+
+def sleeping_pod(name: str, namespace: str, node: str, image: str) -> dict:
+    """A pod that only sleeps, pinned to `node`, with an image the node already has."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "sleep",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
 
 
 def node_ready(node: dict) -> bool:

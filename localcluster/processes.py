@@ -89,15 +89,7 @@ class Proc:
         return start_time(self.pid) == self.started and not _is_zombie(self.pid)
 
     def rss_bytes(self) -> int:
-        if not self.alive():
-            return 0
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return rss_of(self.pid) if self.alive() else 0
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -128,6 +120,17 @@ class Proc:
         if self.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=5)
+
+
+def rss_of(pid: int) -> int:
+    """Resident memory of a process in bytes (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _is_zombie(pid: int) -> bool:

@@ -99,9 +99,5 @@ class Paths:
     def control_socket(self) -> Path:
         return self.work_dir / "control.sock"  # node verbs
 
-    @property
-    def log(self) -> Path:
-        return self.work_dir / "logs" / "sandbox.log"
-
     def node_dir(self, name: str) -> Path:
         return self.work_dir / "nodes" / name

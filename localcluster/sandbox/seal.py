@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.cluster import LocalCluster
+from localcluster.processes import rss_of
 from localcluster.sandbox import cgroups, namespace
 from localcluster.sandbox.layout import Paths
 
@@ -47,14 +48,6 @@ class RealCluster(LocalCluster):
         if left:
             print(f"localcluster: could not remove {', '.join(left)}", file=sys.stderr)
         super().stop(keep_logs=keep_logs)
-
-    def verb(self, verb: str, node: str | None = None) -> Any:
-        """A node verb (start, stop, kill, status) done by the sandbox; its answer."""
-        return verb_at(self.work_dir, verb, node)
-
-    def pids(self, node: str | None = None) -> set[int]:
-        """Machine PIDs of every process of the sandbox (or of one node): from the cgroups we made."""
-        return sandbox_pids(self.work_dir, node)
 
 
 def attach(work_dir: Path) -> LocalCluster:
@@ -154,16 +147,6 @@ def memory_bytes(work_dir: Path) -> int:
     return cgroups.memory_usage(cgroup_name(work_dir))
 
 
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def node_rss_bytes(work_dir: Path, nodes: list[str]) -> dict[str, int]:
     """RSS of every process of each node (kubelet, containerd, shims, containers), summed per node."""
-    return {name: sum(_rss(pid) for pid in sandbox_pids(work_dir, name)) for name in nodes}
+    return {name: sum(rss_of(pid) for pid in sandbox_pids(work_dir, name)) for name in nodes}

@@ -134,11 +134,16 @@ def node_e2e(
         api.close()
 
 
-def sshd_processes(cluster: LocalCluster) -> list[int]:
-    """sshd processes running on the real nodes (found in the sandbox's cgroups)."""
+def processes_named(cluster: LocalCluster, comm: str, node: str | None = None) -> list[int]:
+    """Processes called `comm` on the real nodes (or on one), found in the cgroups the sandbox made."""
     pids = []
-    for pid in seal.sandbox_pids(cluster.work_dir):
+    for pid in seal.sandbox_pids(cluster.work_dir, node):
         with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
                 pids.append(pid)
     return pids
+
+
+def sshd_processes(cluster: LocalCluster) -> list[int]:
+    """sshd processes running on the real nodes."""
+    return processes_named(cluster, "sshd")

@@ -4,12 +4,10 @@ else (the machine itself is checked by the session's machine_unchanged fixture).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +15,20 @@ import pytest
 
 from localcluster import LocalCluster
 from localcluster.images.build import image_names
-from localcluster.nodes import node_ready
+from localcluster.nodes import node_ready, sleeping_pod
 from localcluster.processes import start_time
 from localcluster.sandbox import RealCluster, cgroups, seal
 from reconcile.runtime.kube import POD, Resource
 from render.names import LABEL_JOB_ROLE
 from tests.e2e.support import condition_is, name_of
-from tests.node.conftest import REAL_NODES, NodeE2E
+from tests.node.conftest import REAL_NODES, NodeE2E, processes_named
 from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
+from tests.utils import wait_for
 
 pytestmark = pytest.mark.l4
 
 NODES = [f"real-node-{i}" for i in range(1, REAL_NODES + 1)]
 SETTLED = 3.0  # seconds: processes younger than this may be short-lived helpers (probes, mounts)
-
-
-def wait(check: Callable[[], Any], what: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def _ticks_per_second() -> int:
@@ -84,31 +75,13 @@ def internal_ip(body: dict[str, Any]) -> str:
 
 def sleeper(e2e: NodeE2E, name: str, node_name: str) -> dict[str, Any]:
     """A pod that only sleeps, on `node_name`, Running."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": e2e.ns},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "sleep",
-                    "image": image_names()["openmpi"],
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}},
-                }
-            ],
-        },
-    }
-    e2e.kube.create(POD, e2e.ns, body)
+    e2e.kube.create(POD, e2e.ns, sleeping_pod(name, e2e.ns, node_name, image_names()["openmpi"]))
 
     def running() -> dict[str, Any] | None:
         pod = e2e.kube.get(POD, e2e.ns, name)
         return pod if pod.get("status", {}).get("phase") == "Running" else None
 
-    return dict(wait(running, f"pod {name} Running on {node_name}", 60))
+    return dict(wait_for(running, f"pod {name} Running on {node_name}", 60))
 
 
 def test_nodes_are_ready_with_their_own_addresses(node_e2e: NodeE2E) -> None:
@@ -154,24 +127,18 @@ def test_node_kill_ends_that_node_only_and_it_comes_back(node_e2e: NodeE2E) -> N
     assert len(before[target]) >= 4, before  # supervisor, containerd, kubelet, shim, the pod's processes
     began = time.monotonic()
     seal.verb_at(cluster.work_dir, "kill", target)
-    wait(lambda: not any(alive(e) for e in before[target]), f"every process of {target} gone", 10)
+    wait_for(lambda: not any(alive(e) for e in before[target]), f"every process of {target} gone", 10)
     took = time.monotonic() - began
     hit = {group: sorted(e for e in entries if not alive(e)) for group, entries in before.items()}
     del hit[target]
     assert not any(hit.values()), f"the kill of {target} reached processes outside it: {hit}"
     assert not seal.sandbox_pids(cluster.work_dir, target)
     assert {s["name"]: s["state"] for s in seal.verb_at(cluster.work_dir, "status")}[target] == "down"
-    wait(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
+    wait_for(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
     seal.verb_at(cluster.work_dir, "start", target)
-    wait(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
+    wait_for(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
     assert internal_ip(node(node_e2e, target)) == address
     print(f"[l4] {target} killed: all of its processes gone {took:.2f}s after the verb")
-
-
-def _comm(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    return ""
 
 
 def test_node_stop_keeps_its_containers_running(node_e2e: NodeE2E) -> None:
@@ -179,8 +146,7 @@ def test_node_stop_keeps_its_containers_running(node_e2e: NodeE2E) -> None:
     sleeper(node_e2e, "survivor", target)
 
     def processes(comm: str) -> set[tuple[int, int]]:
-        pids = seal.sandbox_pids(cluster.work_dir, target)
-        return {(pid, start_time(pid) or 0) for pid in pids if _comm(pid) == comm}
+        return {(pid, start_time(pid) or 0) for pid in processes_named(cluster, comm, target)}
 
     sleeps, kubelets = processes("sleep"), processes("kubelet")
     assert sleeps and kubelets
@@ -201,14 +167,14 @@ def test_node_stop_keeps_its_containers_running(node_e2e: NodeE2E) -> None:
         return done.stdout
 
     verb("stop")
-    wait(lambda: not any(alive(e) for e in kubelets), "the kubelet gone", 30)
+    wait_for(lambda: not any(alive(e) for e in kubelets), "the kubelet gone", 30)
     assert {s["name"]: s["state"] for s in seal.verb_at(cluster.work_dir, "status")}[
         target
     ] == "kubelet-stopped"
-    wait(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
+    wait_for(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
     assert all(alive(e) for e in sleeps), "the container ended with the kubelet"
     verb("start")
-    wait(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
+    wait_for(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
     pod = node_e2e.kube.get(POD, node_e2e.ns, "survivor")
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
     assert all(alive(e) for e in sleeps), "the container ended"
@@ -236,7 +202,7 @@ def test_the_sandbox_ends_with_its_owner(machine_unchanged: None, tmp_path: Path
         assert len(seal.sandbox_pids(work)) > 5
         owner.kill()
         owner.wait()
-        wait(lambda: not seal.sandbox_pids(work), "every process of the owner's sandbox gone", 15)
+        wait_for(lambda: not seal.sandbox_pids(work), "every process of the owner's sandbox gone", 15)
     finally:
         owner.kill()
         owner.wait()

@@ -28,6 +28,7 @@ from localcluster.sandbox.layout import (
     KUBERNETES_SERVICE_IP,
     NODE_LABEL,
     NodeAddress,
+    Paths,
     node_address,
     node_index,
 )
@@ -97,6 +98,7 @@ class RealNodes:
         self.procs: dict[str, Proc] = {}  # the `unshare` of each running node
         self.lock = threading.Lock()  # one verb at a time
         self.store: Path | None = None
+        self.paths = Paths(cluster.work_dir)
 
     @property
     def run_dir(self) -> Path:
@@ -166,7 +168,7 @@ class RealNodes:
                 time.sleep(0.1)
 
     def _log_tail(self, name: str) -> str:
-        logs = self.cluster.work_dir / "nodes" / name / "log"
+        logs = self.paths.node_dir(name) / "log"
         return "\n".join(
             f"{f.name}: {line}"
             for f in sorted(logs.glob("*.log"))
@@ -176,7 +178,7 @@ class RealNodes:
     # -- one node ----------------------------------------------------------------------------------------
     def _write_node_dir(self, node: NodeAddress) -> Path:
         """The node's configuration, certificates and disk (kept across its restarts)."""
-        d = self.cluster.work_dir / "nodes" / node.name
+        d = self.paths.node_dir(node.name)
         etc = d / "etc"
         if (etc / "node.json").exists():
             return d
@@ -307,7 +309,7 @@ class RealNodes:
             if proc is None or not proc.alive():
                 state = "down"
             else:
-                state_file = self.cluster.work_dir / "nodes" / node.name / "state.json"
+                state_file = self.paths.node_dir(node.name) / "state.json"
                 kubelet = "running"
                 with contextlib.suppress(OSError, ValueError):
                     kubelet = json.loads(state_file.read_text())["kubelet"]

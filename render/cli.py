@@ -349,8 +349,8 @@ def _skipped_line(skipped: list[Item]) -> str:
         refs.append(f"{_kind(obj).lower()}{'.' + group if group else ''}/{name}")
     shown = ", ".join(refs[:MAX_SKIPPED_NAMED])
     more = f" and {len(refs) - MAX_SKIPPED_NAMED} more" if len(refs) > MAX_SKIPPED_NAMED else ""
-    noun = "object" if len(refs) == 1 else "objects"
-    return one_line(f"skipped {len(refs)} {noun} that are not MPIJobs: {shown}{more}")
+    what = "object that is not an MPIJob" if len(refs) == 1 else "objects that are not MPIJobs"
+    return one_line(f"skipped {len(refs)} {what}: {shown}{more}")
 
 
 def _observed(path: str) -> list[dict[str, Any]]:

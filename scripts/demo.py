@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, utils
 
 from localcluster import BinariesMissing, StartupError
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
@@ -37,6 +37,11 @@ READY_TIMEOUT = 60.0
 
 class DemoError(Exception):
     """An expected failure: printed as one line saying what failed and what to do, exit 1."""
+
+
+def shown(path: Path) -> str:
+    """A path as the user would type it: relative to the checkout when inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def say(msg: str) -> None:
@@ -80,10 +85,28 @@ def stop_operator() -> None:
     stop_recorded(OPERATOR_PID)
 
 
-def load_example() -> dict:
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"].setdefault("namespace", "default")
-    return job
+def example_objects(path: Path) -> list[dict]:
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except (OSError, yaml.YAMLError) as err:
+        raise DemoError(f"cannot read the example {path}: {err}") from err
+    for doc in docs:
+        if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
+            doc["metadata"].setdefault("namespace", "default")
+    return docs
+
+
+def load_example(path: Path = EXAMPLE) -> dict:
+    """The one MPIJob of an example file."""
+    jobs = [d for d in example_objects(path) if isinstance(d, dict) and d.get("kind") == "MPIJob"]
+    if len(jobs) != 1:
+        raise DemoError(f"{path} holds {len(jobs)} MPIJobs; the demo runs a file with exactly one")
+    return jobs[0]
+
+
+def companions(path: Path) -> list[dict]:
+    """The example's other objects (an input ConfigMap, say): created before its MPIJob."""
+    return [d for d in example_objects(path) if d.get("kind") != "MPIJob"]
 
 
 def describe(job: dict, pods: list[dict]) -> str:
@@ -191,19 +214,30 @@ def fall_back_to_kwok(why: str) -> None:
 
 
 def on_real_node(job: dict) -> dict:
-    """A copy of the example as the real node can run it: the image built here, requests that fit 2 CPUs."""
+    """A copy of the example as the real node can run it. An example whose images are all built here
+    (the applications) runs as written; upstream's pi gets the pi image built here and limits that fit
+    2 CPUs."""
     from localcluster.images.build import image_names
 
+    as_written = runs_as_written(job)
     job = copy.deepcopy(job)
     image = image_names()["openmpi-nonroot"]
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         pod = spec["template"]["spec"]
         pod["nodeSelector"] = {NODE_LABEL: "true"}
         for c in pod["containers"]:
-            c["image"] = image
             c["imagePullPolicy"] = "IfNotPresent"
-            c["resources"] = {"limits": {"cpu": REAL_CPU, "memory": "512Mi"}}
+            if not as_written:
+                c["image"] = image
+                c["resources"] = {"limits": {"cpu": REAL_CPU, "memory": "512Mi"}}
     return job
+
+
+def runs_as_written(job: dict) -> bool:
+    """Every image of the job is one `localcluster images` builds."""
+    from localcluster.images.build import image_names
+
+    return set(job_images(job)) <= set(image_names().values())
 
 
 def job_images(job: dict) -> tuple[str, ...]:
@@ -274,6 +308,11 @@ def run() -> int:
     parser.add_argument(
         "--nodes", type=int, default=1, help="real nodes (each its own kubelet and containerd)"
     )
+    parser.add_argument(
+        "--example",
+        default=str(EXAMPLE),
+        help="a file with one MPIJob and the objects it needs (default: examples/pi.yaml)",
+    )
     args = parser.parse_args()
     if not 1 <= args.nodes <= MAX_NODES:
         parser.error(f"--nodes must be 1 to {MAX_NODES}")
@@ -285,7 +324,8 @@ def run() -> int:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
 
     tier = "l2"
-    job = load_example()
+    example = Path(args.example).resolve()
+    job = load_example(example)
     real_job = on_real_node(job)
     why = prepare(real_job, kwok=args.kwok)
     if not why:
@@ -331,12 +371,16 @@ def run() -> int:
             start_operator(cluster, detached=args.keep)
             started = True
             if tier == "real":
+                limits = "as the example sets them" if runs_as_written(job) else f"{REAL_CPU} a pod"
                 job = real_job
                 image = ", ".join(job_images(job))
-                say(f"on {nodes}: image {image} (built here), cpu limit {REAL_CPU} per pod")
+                say(f"on {nodes}: image {image} (built here), cpu limits {limits}")
             name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-            say(f"submitting {EXAMPLE.relative_to(ROOT)} as {namespace}/{name}")
             api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+            for obj in companions(example):
+                say(f"creating {obj['kind'].lower()}/{obj['metadata']['name']} from {shown(example)}")
+                utils.create_from_dict(api, obj, namespace=obj["metadata"]["namespace"])
+            say(f"submitting {shown(example)} as {namespace}/{name}")
             client.CustomObjectsApi(api).create_namespaced_custom_object(
                 "kubeflow.org", "v2beta1", namespace, "mpijobs", job
             )
@@ -353,8 +397,8 @@ def run() -> int:
                 print(f"    export KUBECONFIG={env['KUBECONFIG']}")
                 print(f"    export PATH={cluster.bin_dir}:$PATH")
                 print("    kubectl get mpijobs,jobs,pods,svc,cm,secrets -A")
-                print("    kubectl delete mpijob pi")
-                print(f"    kubectl apply -f {EXAMPLE.relative_to(ROOT)}   # or your own MPIJob")
+                print(f"    kubectl delete mpijob {job['metadata']['name']}")
+                print(f"    kubectl apply -f {shown(example)}   # or your own MPIJob")
                 print(f"  operator log: {OPERATOR_LOG}")
                 print("  stop everything with: scripts/demo --down")
             else:

@@ -1,4 +1,5 @@
-"""The real node's images, built from Debian packages (and PyPI's mpich and impi-rt) without a registry.
+"""The real node's images, built from Debian packages (and PyPI's mpich and impi-rt) without a registry:
+the pi program for each MPI implementation, and LAMMPS with mpi4py as a real application.
 
 One debootstrap (minbase) tree is the shared base layer; each MPI image adds one layer, made by running
 its recipe in a chroot of an overlayfs over the base (the upper dir is the layer). Everything is cached
@@ -77,7 +78,7 @@ class Recipe:
 
     name: str  # the image reference pods use
     packages: tuple[str, ...] = ()
-    pi: str = ""  # which build of pi.c goes to /home/mpiuser/pi: "openmpi" | "mpich"
+    pi: str = ""  # which build of pi.c goes to /home/mpiuser/pi: "openmpi" | "mpich" | "" (none)
     script: str = ""
     env: tuple[str, ...] = (f"PATH={SYSTEM_PATH}",)
     entrypoint: tuple[str, ...] = ()
@@ -130,12 +131,17 @@ RECIPES: dict[str, Recipe] = {
     # libgomp etc. are not needed; Intel's runtime only wants what the base has.
     "intel": _wheel_recipe("localhost/mpi-pi:intel", IMPI_REQUIREMENT, IMPI_PREFIX, _INTEL_ENV),
 }
-# The implementations `localcluster images` lists: root and non-root Open MPI share one image, as upstream's.
+# MPI applications nobody here wrote, from Debian on its Open MPI (the tests compare their output with
+# what their authors publish): LAMMPS (`lmp`) and mpi4py with its bundled benchmarks.
+RECIPES["lammps"] = Recipe(name="localhost/lammps:openmpi", packages=("lammps", "python3-mpi4py"))
+# The images `localcluster images` lists: root and non-root Open MPI share one image, as upstream's.
 IMPLEMENTATIONS = {"openmpi": "openmpi", "openmpi-nonroot": "openmpi", "mpich": "mpich", "intel": "intel"}
+APPLICATIONS = {"lammps": "lammps"}
 
 
 def image_names() -> dict[str, str]:
-    return {impl: RECIPES[recipe].name for impl, recipe in IMPLEMENTATIONS.items()}
+    """Image key (an MPI implementation or an application) -> the image reference pods use."""
+    return {key: RECIPES[recipe].name for key, recipe in {**IMPLEMENTATIONS, **APPLICATIONS}.items()}
 
 
 # -- cache keys ------------------------------------------------------------------------------------
@@ -377,7 +383,7 @@ def _wheel_tree(requirement: str, dest: Path) -> None:
                 seen[digest] = target
 
 
-def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir: Path) -> Path:
+def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir: Path | None) -> Path:
     recipe = RECIPES[impl]
     key = _inputs_hash("image", SUITE, recipe)
     out = root / f"{impl}-{key}"
@@ -392,12 +398,15 @@ def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir
             upper.mkdir()
             inp.mkdir()
             shutil.copy(IMAGES_DIR / "entrypoint.sh", inp / "entrypoint.sh")
-            shutil.copy(pi_dir / f"pi-{recipe.pi}", inp / "pi")
             script = _apt_script(recipe.packages)
             if recipe.wheel:
                 _wheel_tree(recipe.wheel, inp / "prefix")
                 script += f"mkdir -p {recipe.prefix}\ncp -a /tmp/build/prefix/. {recipe.prefix}/\n"
-            script += "install -m 0755 -o mpiuser -g mpiuser /tmp/build/pi /home/mpiuser/pi\n" + recipe.script
+            if recipe.pi:
+                assert pi_dir is not None, f"{impl} needs the pi build"
+                shutil.copy(pi_dir / f"pi-{recipe.pi}", inp / "pi")
+                script += "install -m 0755 -o mpiuser -g mpiuser /tmp/build/pi /home/mpiuser/pi\n"
+            script += recipe.script
             _chroot_build(base, upper, inp, script)
             layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
             config = oci.ImageConfig(
@@ -536,7 +545,8 @@ def build_images(names: Iterable[str] | None = None, root: Path | None = None) -
     base, base_layer = build_base(root)
     recipes = {impl: r for impl, r in RECIPES.items() if r.name in wanted}
     if recipes:
-        pi_dir = build_pi(root, base, {r.pi for r in recipes.values()})
+        flavours = {r.pi for r in recipes.values() if r.pi}
+        pi_dir = build_pi(root, base, flavours) if flavours else None
         for impl, recipe in recipes.items():
             archives[recipe.name] = build_image(root, impl, base, base_layer, pi_dir)
     if OPERATOR_IMAGE in wanted:

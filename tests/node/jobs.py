@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
+from localcluster.binaries import REPO_ROOT
 from localcluster.images.build import image_names
 from localcluster.sandbox import NODE_LABEL
 from tests.utils import pi_job
@@ -13,6 +16,7 @@ from tests.utils import pi_job
 IMPLS = {"openmpi": "OpenMPI", "openmpi-nonroot": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 # Launcher and workers together must fit 2 CPUs (the machine's real capacity).
 RESOURCES = {"requests": {"cpu": "300m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+EXAMPLES = REPO_ROOT / "examples"
 RANK_LINE = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.M)
 PI_LINE = re.compile(r"^pi is approximately (\d+\.\d+)$", re.M)
 
@@ -23,12 +27,23 @@ def node_job(impl: str, name: str = "pi", **kw: Any) -> dict[str, Any]:
     root = kw.pop("root", impl != "openmpi-nonroot")
     job = pi_job(name, impl=IMPLS[impl], root=root, **kw)
     image = image_names()[impl]
+    on_real_nodes(job)
     for spec in job["spec"]["mpiReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        pod["nodeSelector"] = {NODE_LABEL: "true"}
-        for c in pod["containers"]:
+        for c in spec["template"]["spec"]["containers"]:
             c.update(image=image, imagePullPolicy="Never", resources=RESOURCES)
     return job
+
+
+def on_real_nodes(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's pods kept off any node that is not a real one."""
+    for spec in job["spec"]["mpiReplicaSpecs"].values():
+        spec["template"]["spec"]["nodeSelector"] = {NODE_LABEL: "true"}
+    return job
+
+
+def example(name: str) -> list[dict[str, Any]]:
+    """The objects of examples/<name>.yaml."""
+    return [d for d in yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()) if d]
 
 
 def launcher(job: dict[str, Any]) -> dict[str, Any]:

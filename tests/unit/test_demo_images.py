@@ -151,6 +151,41 @@ def test_the_demo_prepares_its_image_only(
     assert recorded["pi"] == [{"openmpi"}]
 
 
+def test_an_application_example_runs_as_written_and_builds_its_image_only(
+    commands: tuple[ModuleType, list[list[str]]], recorded: dict[str, list[Any]]
+) -> None:
+    demo, _ = commands
+    path = ROOT / "examples" / "lammps-lj.yaml"
+    example = demo.load_example(path)
+    job = demo.on_real_node(example)
+    assert demo.job_images(job) == (build.image_names()["lammps"],)
+    for spec, written in zip(
+        job["spec"]["mpiReplicaSpecs"].values(), example["spec"]["mpiReplicaSpecs"].values(), strict=True
+    ):
+        pod, pod_written = spec["template"]["spec"], written["template"]["spec"]
+        assert pod["nodeSelector"] == {demo.NODE_LABEL: "true"}
+        assert [c["resources"] for c in pod["containers"]] == [
+            c["resources"] for c in pod_written["containers"]
+        ]
+    assert [(o["kind"], o["metadata"]) for o in demo.companions(path)] == [
+        ("ConfigMap", {"name": "lammps-lj-input", "namespace": "default"})
+    ]
+    assert demo.prepare(job, kwok=False) == ""
+    assert recorded["image"] == ["lammps"] and recorded["pi"] == []  # no pi program: LAMMPS needs none
+
+
+def test_an_example_without_exactly_one_mpijob_is_refused(tmp_path: Path) -> None:
+    demo = load_demo()
+    two = tmp_path / "two.yaml"
+    two.write_text(
+        (ROOT / "examples" / "pi.yaml").read_text() + "---\n" + (ROOT / "examples" / "pi.yaml").read_text()
+    )
+    with pytest.raises(demo.DemoError, match="holds 2 MPIJobs"):
+        demo.load_example(two)
+    with pytest.raises(demo.DemoError, match="cannot read the example"):
+        demo.load_example(tmp_path / "missing.yaml")
+
+
 def test_the_kwok_demo_builds_the_control_plane_only(
     commands: tuple[ModuleType, list[list[str]]], recorded: dict[str, list[Any]]
 ) -> None:

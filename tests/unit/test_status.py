@@ -285,8 +285,10 @@ GOLDEN_STATE = {
     "launcher-pod-failed-not-retried": "Running",
     "launcher-retrying": "Restarting",
     "launcher-succeeded-cleanup": "Succeeded",
+    "lammps-lj": None,  # nothing observed yet: Created waits for the children
     "managed-by-multikueue": None,
     "mpich-pi": None,  # nothing observed yet: Created waits for the children
+    "mpi4py-bench": None,  # nothing observed yet: Created waits for the children
     "openmpi-pi": None,  # nothing observed yet: Created waits for the children
     "resumed": "Created",
     "run-launcher-as-worker": "Running",

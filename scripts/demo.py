@@ -91,14 +91,15 @@ def example_objects(path: Path) -> list[dict]:
     except (OSError, yaml.YAMLError) as err:
         raise DemoError(f"cannot read the example {path}: {err}") from err
     for doc in docs:
-        if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
-            doc["metadata"].setdefault("namespace", "default")
+        if not (isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and doc.get("kind")):
+            raise DemoError(f"{path} holds a document that is not a Kubernetes object with kind and metadata")
+        doc["metadata"].setdefault("namespace", "default")
     return docs
 
 
 def load_example(path: Path = EXAMPLE) -> dict:
     """The one MPIJob of an example file."""
-    jobs = [d for d in example_objects(path) if isinstance(d, dict) and d.get("kind") == "MPIJob"]
+    jobs = [d for d in example_objects(path) if d["kind"] == "MPIJob"]
     if len(jobs) != 1:
         raise DemoError(f"{path} holds {len(jobs)} MPIJobs; the demo runs a file with exactly one")
     return jobs[0]
@@ -106,7 +107,7 @@ def load_example(path: Path = EXAMPLE) -> dict:
 
 def companions(path: Path) -> list[dict]:
     """The example's other objects (an input ConfigMap, say): created before its MPIJob."""
-    return [d for d in example_objects(path) if d.get("kind") != "MPIJob"]
+    return [d for d in example_objects(path) if d["kind"] != "MPIJob"]
 
 
 def describe(job: dict, pods: list[dict]) -> str:

@@ -26,7 +26,7 @@ PUBLISHED_THERMO = {
 PUBLISHED_NEIGHBORS = 1202833
 ATOMS = 32000
 # The log prints 8 significant digits. Our run differs from the published one in the order 6 ranks (a
-# 3x2x1 grid) instead of 4 (1x2x2) sum the forces: a rounding difference near 1e-15 that 100 steps of
+# 1x2x3 grid) instead of 4 (1x2x2) sum the forces: a rounding difference near 1e-15 that 100 steps of
 # this melt do not grow anywhere near 1e-8. 1e-6 leaves room for a last-digit difference from another
 # compiler or libm, while a wrong answer (a rank's atoms lost, a wrong lattice, seed or cutoff) moves
 # these values in the third digit or earlier.
@@ -81,7 +81,8 @@ def test_lammps_lj_benchmark_matches_the_published_log(node_e2e: NodeE2E) -> Non
     print(f"[l4] lammps-lj: {loop.group(0)}")
     one(rf"with {ranks} MPI tasks x", log)
     neighbors = one(r"^Total # of neighbors = (\d+)$", log)
-    assert int(neighbors.group(1)) == PUBLISHED_NEIGHBORS, log
+    published_line = f"published: {PUBLISHED_NEIGHBORS}"
+    assert int(neighbors.group(1)) == PUBLISHED_NEIGHBORS, f"{neighbors.group(0)}, {published_line}"
     rows = thermo(log)
     for step, published in PUBLISHED_THERMO.items():
         assert step in rows, f"no thermo line for step {step}:\n{log}"

@@ -184,6 +184,9 @@ def test_an_example_without_exactly_one_mpijob_is_refused(tmp_path: Path) -> Non
         demo.load_example(two)
     with pytest.raises(demo.DemoError, match="cannot read the example"):
         demo.load_example(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(demo.DemoError, match="not a Kubernetes object"):
+        demo.load_example(tmp_path / "list.yaml")
 
 
 def test_the_kwok_demo_builds_the_control_plane_only(

@@ -19,7 +19,7 @@ import yaml
 from localcluster.operator import OperatorRunner
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "pi.yaml"
+EXAMPLES = REPO / "examples"
 CRDS_DIR = Path(__file__).resolve().parent / "crds"
 PODGROUP_CRD_FILES = sorted(CRDS_DIR.glob("*-podgroup.yaml"))
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -70,8 +70,14 @@ def podgroup_crds() -> list[dict[str, Any]]:
     return [yaml.safe_load(f.read_text()) for f in PODGROUP_CRD_FILES]
 
 
+def example(name: str) -> list[dict[str, Any]]:
+    """The objects of examples/<name>.yaml, in their order."""
+    return [d for d in yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()) if d]
+
+
 def example_pi() -> dict[str, Any]:
-    return yaml.safe_load(EXAMPLE.read_text())
+    (job,) = example("pi")
+    return job
 
 
 IMAGES = {

@@ -6,9 +6,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
-from localcluster.binaries import REPO_ROOT
 from localcluster.images.build import image_names
 from localcluster.sandbox import NODE_LABEL
 from tests.utils import pi_job
@@ -16,7 +13,6 @@ from tests.utils import pi_job
 IMPLS = {"openmpi": "OpenMPI", "openmpi-nonroot": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 # Launcher and workers together must fit 2 CPUs (the machine's real capacity).
 RESOURCES = {"requests": {"cpu": "300m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
-EXAMPLES = REPO_ROOT / "examples"
 RANK_LINE = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.M)
 PI_LINE = re.compile(r"^pi is approximately (\d+\.\d+)$", re.M)
 
@@ -39,11 +35,6 @@ def on_real_nodes(job: dict[str, Any]) -> dict[str, Any]:
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         spec["template"]["spec"]["nodeSelector"] = {NODE_LABEL: "true"}
     return job
-
-
-def example(name: str) -> list[dict[str, Any]]:
-    """The objects of examples/<name>.yaml."""
-    return [d for d in yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()) if d]
 
 
 def launcher(job: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import pytest
 from reconcile.runtime.kube import CONFIGMAP
 from tests.e2e.support import condition_is, name_of
 from tests.node.conftest import REAL_NODES, NodeE2E
-from tests.node.jobs import example, on_real_nodes
+from tests.node.jobs import on_real_nodes
+from tests.utils import example
 
 pytestmark = pytest.mark.l4
 

@@ -1,23 +1,20 @@
 """examples/ are what users copy: valid, and the same jobs as their golden cases (no drift)."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from render import parse_mpijob
 from tests.unit.golden_cases import GOLDEN, KEY_FILE
 from tests.unit.render_helpers import run_cli
+from tests.utils import EXAMPLES, example, example_pi, pi_job
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 # The application examples: each file's MPIJob is the golden case of its name.
 APPLICATIONS = ("lammps-lj", "mpi4py-bench")
 ZERO_UID = "00000000-0000-0000-0000-000000000000"
 
 
 def test_pi_example_is_the_golden_openmpi_pi_job():
-    example = yaml.safe_load((EXAMPLES / "pi.yaml").read_text())
+    example = example_pi()
     golden = yaml.safe_load((GOLDEN / "openmpi-pi" / "mpijob.yaml").read_text())
     parse_mpijob({**example, "metadata": {**example["metadata"], "namespace": "default"}})
     assert "uid" not in example["metadata"]  # the API server assigns it
@@ -26,10 +23,7 @@ def test_pi_example_is_the_golden_openmpi_pi_job():
 
 
 def test_the_tests_pi_builder_is_the_example():
-    from tests.utils import pi_job
-
-    example = yaml.safe_load((EXAMPLES / "pi.yaml").read_text())
-    assert pi_job() == example
+    assert pi_job() == yaml.safe_load((EXAMPLES / "pi.yaml").read_text())
     parse_mpijob({**pi_job(impl="Intel", root=True), "metadata": {"name": "pi", "namespace": "ns"}})
 
 
@@ -40,7 +34,7 @@ def test_every_example_is_checked_here():
 @pytest.mark.parametrize("name", APPLICATIONS)
 def test_application_example_renders_as_its_golden_case(name: str) -> None:
     path = EXAMPLES / f"{name}.yaml"
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    docs = example(name)
     (job,) = [d for d in docs if d["kind"] == "MPIJob"]
     golden = yaml.safe_load((GOLDEN / name / "mpijob.yaml").read_text())
     assert "uid" not in job["metadata"]
@@ -59,7 +53,7 @@ def test_application_example_renders_as_its_golden_case(name: str) -> None:
 
 
 def test_the_lammps_input_is_mounted_where_the_launcher_points_lmp() -> None:
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / "lammps-lj.yaml").read_text()) if d]
+    docs = example("lammps-lj")
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     job = next(d for d in docs if d["kind"] == "MPIJob")
     specs = job["spec"]["mpiReplicaSpecs"]

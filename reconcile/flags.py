@@ -127,6 +127,13 @@ def parser() -> argparse.ArgumentParser:
         help='"volcano", or a scheduler-plugins scheduler name; empty disables gang scheduling',
     )
     p.add_argument("--cluster-domain", default="", help="appended to the FQDNs in the hostfile")
+    _bool(
+        p,
+        "--watch-nodes",
+        "watch Nodes (list, watch) to name a node that is not Ready on the jobs whose pods it holds"
+        " (default true; false for an install without a ClusterRole)",
+        default=True,
+    )
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
     # client-go's leader-election flag names (kube-controller-manager's), with its defaults
     p.add_argument(

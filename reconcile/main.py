@@ -261,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
                 threadiness=args.threadiness,
                 queue_qps=args.controller_queue_rate_limit,
                 queue_burst=args.controller_queue_burst,
+                watch_nodes=args.watch_nodes,
             )
             for namespace in namespaces
         ]

@@ -11,6 +11,8 @@ RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
+# Not a state: True while a node that holds some of the job's pods is not Ready (render/nodes.py).
+NODE_UNAVAILABLE = "NodeUnavailable"
 
 TRUE = "True"
 FALSE = "False"

@@ -28,8 +28,18 @@ _EVENT_TYPE = {
     (cond.RESTARTING, cond.TRUE): WARNING,  # MPIJobEvicted, MPIJobRestarting
     (cond.SUCCEEDED, cond.TRUE): NORMAL,
     (cond.FAILED, cond.TRUE): WARNING,
+    (cond.NODE_UNAVAILABLE, cond.TRUE): WARNING,  # NodeNotReady, NodeOutOfService
+    (cond.NODE_UNAVAILABLE, cond.FALSE): NORMAL,  # NodesReady, MPIJobFinished
 }
-_ORDER = (cond.CREATED, cond.SUSPENDED, cond.RESTARTING, cond.RUNNING, cond.SUCCEEDED, cond.FAILED)
+_ORDER = (
+    cond.CREATED,
+    cond.SUSPENDED,
+    cond.NODE_UNAVAILABLE,
+    cond.RESTARTING,
+    cond.RUNNING,
+    cond.SUCCEEDED,
+    cond.FAILED,
+)
 
 
 @attrs.frozen

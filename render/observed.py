@@ -19,6 +19,7 @@ KIND_CONFIGMAP = "ConfigMap"
 KIND_SERVICE = "Service"
 KIND_PODGROUP = "PodGroup"
 KIND_PRIORITYCLASS = "PriorityClass"
+KIND_NODE = "Node"
 
 T = TypeVar("T")
 
@@ -64,7 +65,8 @@ class WorkerFailure:
 
 @attrs.frozen
 class Observed:
-    """`now` is the only clock; `objects` are live children (and PriorityClasses); no I/O happens here."""
+    """`now` is the only clock; `objects` are live children (and PriorityClasses, and the Nodes their pods
+    are bound to); no I/O happens here."""
 
     now: datetime
     objects: tuple[dict[str, Any], ...] = ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from render import childfields, failures, names
+from render import childfields, failures, names, nodes
 from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
@@ -34,6 +34,7 @@ REASON_RUNNING = "MPIJobRunning"
 REASON_RESTARTING = "MPIJobRestarting"
 REASON_SUCCEEDED = "MPIJobSucceeded"
 REASON_FAILED = "MPIJobFailed"
+REASON_FINISHED = "MPIJobFinished"
 REASON_SUSPENDED = "MPIJobSuspended"
 REASON_RESUMED = "MPIJobResumed"
 REASON_EVICTED = "MPIJobEvicted"
@@ -44,6 +45,9 @@ REASON_FAILED_CREATE = "FailedCreate"
 REASON_UNREACHABLE = "WorkersUnreachable"
 REASON_WORKER_FAILURES = "WorkerBackoffLimitExceeded"
 REASON_IMAGE_PULL = "ImagePullBackOff"
+REASON_NODE_NOT_READY = "NodeNotReady"
+REASON_NODE_OUT_OF_SERVICE = "NodeOutOfService"
+REASON_NODES_READY = "NodesReady"
 # The kubelet's waiting reasons for an image it cannot get; it alternates the first two while it retries,
 # so one reason of ours covers them all (a status write when it starts and one when it ends).
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
@@ -211,7 +215,9 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         st["completionTime"] = format_time(completion) if completion else now
     elif launcher is not None and condition_true(launcher, "Failed"):
         reason, message = launcher_failure(job, launcher, v)
-        setc(cond.FAILED, cond.TRUE, reason, message)
+        if records:  # a rank lost with its worker fails mpirun: the worker's end says why
+            message += f"; the last worker failure: {failures.describe(_latest(records).evidence)}"
+        setc(cond.FAILED, cond.TRUE, reason, truncate(message))
         st.setdefault("completionTime", now)
     elif not job.suspended and failures.exceeded(job, records):
         setc(cond.FAILED, cond.TRUE, REASON_WORKER_FAILURES, truncate(worker_failures_message(job, records)))
@@ -230,6 +236,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         ):
             conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
 
+    conds = _node_condition(job, v, observed, conds, now)
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
         conds.append(
@@ -250,6 +257,34 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
             st["replicaStatuses"][names.LAUNCHER].pop("active", None)
     st["conditions"] = cond.state_last(conds)
     return st
+
+
+def _node_condition(
+    job: MPIJob, v: JobView, observed: Observed, conds: list[dict[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """NodeUnavailable while a node holding the job's pods is not Ready; a failure in this sync names
+    such nodes too (they are the likeliest cause); at the finish the condition turns False."""
+    ns_name = f"{job.namespace}/{job.name}"
+    lost = nodes.lost_nodes(job.worker_replicas, v, observed)
+    if cond.is_finished(conds):
+        failed = cond.find(conds, cond.FAILED)
+        if lost and failed is not None and failed.get("status") == cond.TRUE:
+            message = str(failed.get("message", "")).rstrip(".") + ". " + nodes.describe(lost)
+            conds = [{**c, "message": truncate(message)} if c is failed else c for c in conds]
+        if cond.is_true(conds, cond.NODE_UNAVAILABLE):
+            message = f"MPIJob {ns_name} has finished."
+            conds = cond.set_condition(
+                conds, cond.NODE_UNAVAILABLE, cond.FALSE, REASON_FINISHED, message, now
+            )
+        return conds
+    if lost:
+        reason = REASON_NODE_OUT_OF_SERVICE if all(n.out_of_service for n in lost) else REASON_NODE_NOT_READY
+        message = truncate(f"MPIJob {ns_name} is held up: {nodes.describe(lost)}")
+        return cond.set_condition(conds, cond.NODE_UNAVAILABLE, cond.TRUE, reason, message, now)
+    if cond.is_true(conds, cond.NODE_UNAVAILABLE):
+        message = f"No pod of MPIJob {ns_name} is on a node that is not Ready."
+        return cond.set_condition(conds, cond.NODE_UNAVAILABLE, cond.FALSE, REASON_NODES_READY, message, now)
+    return conds
 
 
 def _restarting(c: Mapping[str, Any]) -> bool:

@@ -12,15 +12,17 @@ Kept, by kind (what is not listed is dropped):
   policy may change (mutable and conditional ones, and the paths its conditions test) and those render
   reads; ``managedFields`` trees pruned to the same paths (the differ looks for removals and applied
   fields within them only);
-* Pods' ``status``: phase, reason, message, the conditions' type and status (and the Ready condition's
-  ``lastTransitionTime``: when an evicted pod stopped being ready), and each container and init container
-  status's name, terminated states and running state's ``startedAt`` (render's readiness, eviction and
-  failure messages; the launcher gate's exit and reported wait; render.phases' start times);
+* Pods' ``spec.nodeName`` (render/nodes.py) and ``status``: phase, reason, message, the conditions' type
+  and status (and the Ready condition's ``lastTransitionTime``: when an evicted pod stopped being ready),
+  and each container and init container status's name, terminated states and running state's
+  ``startedAt`` (render's readiness, eviction and failure messages; the launcher gate's exit and reported
+  wait; render.phases' start times);
 * Jobs' ``status``: conditions, startTime, completionTime and the active, succeeded and failed counts
   (the launcher's state); a change of any other field (ready, terminating, uncountedTerminatedPods) then
   makes no watch event, so no sync;
 * MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
   which a body without managedFields keeps the server's);
+* Nodes (read, never written): name, taints and the Ready condition (``node_form``);
 * other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
 
 ``tests/unit/test_cacheform.py`` checks that every path the policy names survives.
@@ -40,7 +42,7 @@ Obj = dict[str, Any]
 # Spec paths render reads of a live child (render/observed.py, render/core.py, reconcile/mpijob/syncstate.py).
 RENDER_SPEC_READS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("batch", "Job"): ("spec.suspend",),
-    ("", "Pod"): (),
+    ("", "Pod"): ("spec.nodeName",),
 }
 OWNER: Final = ("kubeflow.org", "MPIJob")
 
@@ -166,10 +168,38 @@ def _container_status(cs: Any) -> Any:
     return out
 
 
+_NODE_META: Final = ("name", "uid", "resourceVersion", "deletionTimestamp")
+_NODE_READY: Final = ("type", "status", "reason", "lastTransitionTime")
+
+
+def node_form(obj: Obj) -> Obj:
+    """A Node as render reads it (render/nodes.py): its name, taints and Ready condition. Without the
+    rest (images, heartbeats, addresses) a Node's watch event that changes none of these syncs nothing."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    ready = [
+        {k: c[k] for k in _NODE_READY if k in c}
+        for c in conditions
+        if isinstance(c, Mapping) and c.get("type") == "Ready"
+    ]
+    out: Obj = {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Node"),
+        "metadata": {k: meta[k] for k in _NODE_META if k in meta},
+        "status": {"conditions": ready},
+    }
+    if isinstance(spec, Mapping) and spec.get("taints"):
+        out["spec"] = {"taints": spec["taints"]}
+    return out
+
+
 def transform_for(group: str, kind: str, policy: Policy = POLICY) -> Callable[[Obj], Obj] | None:
     """The cache form of a kind, or None to keep it as the server sends it."""
     if (group, kind) == OWNER:
         return _without_managed_fields
+    if (group, kind) == ("", "Node"):
+        return node_form
     spec_paths = kept_spec_paths(policy, group, kind)
     if spec_paths is None:
         return None

@@ -45,6 +45,7 @@ from reconcile.runtime.kube import (
     JOB,
     MERGE_PATCH,
     MPIJOB,
+    NODE,
     POD,
     PRIORITY_CLASS,
     SECRET,
@@ -72,6 +73,11 @@ SYNC_FAILED = "SyncFailed"
 EVENT_BATCH_SECONDS = 0.1
 
 
+def node_name_index(obj: Mapping[str, Any]) -> list[str]:
+    node = (obj.get("spec") or {}).get("nodeName")
+    return [node] if isinstance(node, str) and node else []
+
+
 class Controller:
     def __init__(
         self,
@@ -88,6 +94,7 @@ class Controller:
         field_manager: str = FIELD_MANAGER,
         writer: Writer | None = None,
         event_batch: float = EVENT_BATCH_SECONDS,
+        watch_nodes: bool = False,
     ) -> None:
         self.kube = kube
         self.config = config
@@ -109,6 +116,7 @@ class Controller:
                 res,
                 namespace=ns,
                 label_selector=selector,
+                indexers={"node": node_name_index} if res is POD else None,
                 on_error=self._list_watch_error,
                 transform=transform_for(res.group, res.kind),
                 on_event=metrics.watch_counter(res.kind),
@@ -125,9 +133,13 @@ class Controller:
             self.priority_classes: Informer | None = informer(PRIORITY_CLASS, None)
         else:
             self.priority_classes = None
+        # Nodes that are not Ready are named on the jobs whose pods they hold (render/nodes.py).
+        self.nodes: Informer | None = informer(NODE, None) if watch_nodes else None
         self.mpijobs.add_handler(self._on_mpijob)
         for inf in self.children.values():
             inf.add_handler(self._on_child)
+        if self.nodes is not None:
+            self.nodes.add_handler(self._on_node)
         # The executor's client knows our kinds: no API discovery before a new leader's first write.
         self._writer: Writer | None = writer
         self._workers: list[threading.Thread] = []
@@ -143,8 +155,7 @@ class Controller:
     @property
     def informers(self) -> list[Informer]:
         out = [self.mpijobs, *self.children.values()]
-        if self.priority_classes is not None:
-            out.append(self.priority_classes)
+        out += [inf for inf in (self.priority_classes, self.nodes) if inf is not None]
         return out
 
     def has_synced(self) -> bool:
@@ -162,6 +173,13 @@ class Controller:
             key = self.owner_key(obj)
             if key is not None and not self._moot(key, old, new):
                 self.queue.add_event(key, self.event_batch)
+
+    def _on_node(self, event: str, old: dict | None, new: dict | None) -> None:
+        """The jobs with pods on the node: its readiness or taints changed, or it is gone."""
+        name = str(((new or old) or {}).get("metadata", {}).get("name", ""))
+        keys = {self.owner_key(pod) for pod in self.children[POD].store.by_index("node", name)}
+        for key in sorted(k for k in keys if k is not None):
+            self.queue.add_event(key, self.event_batch)
 
     def _moot(self, key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
         job = self.mpijobs.store.get(key)
@@ -436,7 +454,8 @@ class Controller:
         return self._writer
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
-        """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses."""
+        """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses, and the
+        Nodes those pods are bound to."""
         out: list[dict[str, Any]] = []
         seen: set[str] = set()
 
@@ -453,6 +472,9 @@ class Controller:
             add(self.children[POD].store.by_index("controller", launcher["metadata"].get("uid", "")))
         if self.priority_classes is not None:
             add(self.priority_classes.store.list())
+        if self.nodes is not None:
+            bound = {str((o.get("spec") or {}).get("nodeName") or "") for o in out if o.get("kind") == "Pod"}
+            add(n for n in map(self.nodes.store.get, sorted(bound - {""})) if n is not None)
         return out
 
     def wanted(self, job: Any) -> list[tuple[Resource, str]]:

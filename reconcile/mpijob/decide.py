@@ -48,6 +48,8 @@ UNREAD_HOSTS_SECONDS = 60.0
 MAX_WAKEUP_SECONDS = 24 * 3600.0
 # Slack past a moment, so the sync it wakes sees the moment passed.
 _SLACK = 0.01
+# Objects render reads but the job never owns: never planned against.
+READ_ONLY_KINDS = frozenset({"PriorityClass", "Node"})
 
 
 class Action(enum.Enum):
@@ -145,8 +147,8 @@ def decide(
     *,
     field_manager: str = FIELD_MANAGER,
 ) -> Decision:
-    """``children``: the job's live children (and its launcher's pods, objects holding names it wants, and
-    PriorityClasses with gang scheduling), as the caches hold them."""
+    """``children``: the job's live children (and its launcher's pods, objects holding names it wants,
+    PriorityClasses with gang scheduling, and the Nodes its pods are bound to), as the caches hold them."""
     meta = mpijob.get("metadata") or {}
     memory = memory.for_job(str(meta.get("uid", "")))
     if meta.get("deletionTimestamp") or is_managed_externally(mpijob):
@@ -168,7 +170,7 @@ def decide(
         return Decision(Action.DELETE_JOB, memory)
 
     # Children first, status last (upstream's order): Created=True then means the children exist.
-    live = [o for o in children if o.get("kind") != "PriorityClass"]
+    live = [o for o in children if o.get("kind") not in READ_ONLY_KINDS]
     clear = launcher_resume_needs_start_time_cleared(desired, live)
     if clear is not None:
         cleared = {

@@ -19,13 +19,14 @@ from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from localcluster.sandbox import RealCluster, machine, seal
-from reconcile.runtime.kube import EVENT, POD, Kube
+from reconcile.runtime.kube import EVENT, NODE, POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
 from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
 from tests.node.jobs import launcher_restarts
 
 JOB_TIMEOUT = 240.0
 REAL_NODES = 3
+NODES = [f"real-node-{i}" for i in range(1, REAL_NODES + 1)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -93,6 +94,9 @@ class NodeE2E(E2E):
             if (e.get("involvedObject") or {}).get("kind") == "MPIJob"
             and (e.get("involvedObject") or {}).get("name") == job
         ]
+
+    def node(self, name: str) -> dict:
+        return self.kube.get(NODE, None, name)
 
     def restarts(self, job: str) -> int:
         return launcher_restarts(self.launcher_pods(job))

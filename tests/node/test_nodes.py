@@ -18,16 +18,15 @@ from localcluster.images.build import image_names
 from localcluster.nodes import node_ready, sleeping_pod
 from localcluster.processes import start_time
 from localcluster.sandbox import RealCluster, cgroups, seal
-from reconcile.runtime.kube import POD, Resource
+from reconcile.runtime.kube import POD
 from render.names import LABEL_JOB_ROLE
 from tests.e2e.support import condition_is, name_of
-from tests.node.conftest import REAL_NODES, NodeE2E, processes_named
+from tests.node.conftest import NODES, REAL_NODES, NodeE2E, processes_named
 from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.l4
 
-NODES = [f"real-node-{i}" for i in range(1, REAL_NODES + 1)]
 SETTLED = 3.0  # seconds: processes younger than this may be short-lived helpers (probes, mounts)
 
 
@@ -62,13 +61,6 @@ def alive(entry: tuple[int, int]) -> bool:
     return start_time(entry[0]) == entry[1]
 
 
-NODE = Resource("v1", "Node", "nodes", namespaced=False)
-
-
-def node(e2e: NodeE2E, name: str) -> dict[str, Any]:
-    return e2e.kube.get(NODE, None, name)
-
-
 def internal_ip(body: dict[str, Any]) -> str:
     return next(a["address"] for a in body["status"]["addresses"] if a["type"] == "InternalIP")
 
@@ -85,7 +77,7 @@ def sleeper(e2e: NodeE2E, name: str, node_name: str) -> dict[str, Any]:
 
 
 def test_nodes_are_ready_with_their_own_addresses(node_e2e: NodeE2E) -> None:
-    bodies = [node(node_e2e, name) for name in NODES]
+    bodies = [node_e2e.node(name) for name in NODES]
     assert all(node_ready(b) for b in bodies)
     assert [internal_ip(b) for b in bodies] == [f"10.77.0.{10 + i}" for i in range(1, REAL_NODES + 1)]
     assert all(b["metadata"]["labels"].get("node.mpijob.dev/real") == "true" for b in bodies)
@@ -122,7 +114,7 @@ def test_ranks_run_on_distinct_nodes(node_e2e: NodeE2E, impl: str) -> None:
 def test_node_kill_ends_that_node_only_and_it_comes_back(node_e2e: NodeE2E) -> None:
     cluster, target = node_e2e.cluster, NODES[-1]
     sleeper(node_e2e, "victim", target)
-    address = internal_ip(node(node_e2e, target))
+    address = internal_ip(node_e2e.node(target))
     before = settled_processes(cluster)
     assert len(before[target]) >= 4, before  # supervisor, containerd, kubelet, shim, the pod's processes
     began = time.monotonic()
@@ -134,10 +126,10 @@ def test_node_kill_ends_that_node_only_and_it_comes_back(node_e2e: NodeE2E) -> N
     assert not any(hit.values()), f"the kill of {target} reached processes outside it: {hit}"
     assert not seal.sandbox_pids(cluster.work_dir, target)
     assert {s["name"]: s["state"] for s in seal.verb_at(cluster.work_dir, "status")}[target] == "down"
-    wait_for(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
+    wait_for(lambda: not node_ready(node_e2e.node(target)), f"{target} NotReady", 40)
     seal.verb_at(cluster.work_dir, "start", target)
-    wait_for(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
-    assert internal_ip(node(node_e2e, target)) == address
+    wait_for(lambda: node_ready(node_e2e.node(target)), f"{target} Ready again", 60)
+    assert internal_ip(node_e2e.node(target)) == address
     print(f"[l4] {target} killed: all of its processes gone {took:.2f}s after the verb")
 
 
@@ -171,10 +163,10 @@ def test_node_stop_keeps_its_containers_running(node_e2e: NodeE2E) -> None:
     assert {s["name"]: s["state"] for s in seal.verb_at(cluster.work_dir, "status")}[
         target
     ] == "kubelet-stopped"
-    wait_for(lambda: not node_ready(node(node_e2e, target)), f"{target} NotReady", 40)
+    wait_for(lambda: not node_ready(node_e2e.node(target)), f"{target} NotReady", 40)
     assert all(alive(e) for e in sleeps), "the container ended with the kubelet"
     verb("start")
-    wait_for(lambda: node_ready(node(node_e2e, target)), f"{target} Ready again", 60)
+    wait_for(lambda: node_ready(node_e2e.node(target)), f"{target} Ready again", 60)
     pod = node_e2e.kube.get(POD, node_e2e.ns, "survivor")
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
     assert all(alive(e) for e in sleeps), "the container ended"

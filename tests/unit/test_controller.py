@@ -71,6 +71,29 @@ def test_child_events_enqueue_the_owner_key():
     assert len(c.queue) == 0
 
 
+def test_a_node_event_enqueues_the_jobs_with_pods_on_it_and_their_children_include_it():
+    kube = NoKube()
+    c = Controller(kube, render.Config(), metrics=Metrics(), recorder=EventRecorder(kube), watch_nodes=True)
+    assert c.nodes is not None and c.nodes in c.informers
+    assert controller().nodes is None
+    launcher = obj("Job", "pi-launcher", MPIJOB_REF, uid="launcher-uid", api_version="batch/v1")
+    c.children[JOB].store.upsert(launcher)
+    launcher_pod = obj("Pod", "pi-launcher-x", ref("Job", "pi-launcher", "launcher-uid", "batch/v1"))
+    other = ref("MPIJob", "other", "other-uid", "kubeflow.org/v2beta1")
+    for pod, node in ((obj("Pod", "pi-worker-0", MPIJOB_REF), "n1"), (launcher_pod, "n2")):
+        c.children[POD].store.upsert({**pod, "spec": {"nodeName": node}})
+    c.children[POD].store.upsert({**obj("Pod", "other-worker-0", other), "spec": {"nodeName": "n3"}})
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "resourceVersion": "1"}}
+    c.nodes.store.upsert(node)
+    c._on_node("MODIFIED", node, node)
+    assert c.queue.get(timeout=1) == "ns/pi"
+    c.queue.done("ns/pi")
+    c._on_node("DELETED", {"metadata": {"name": "n9"}}, None)  # no pod there
+    assert len(c.queue) == 0
+    job = render.parse_mpijob({**_mpijob(), "metadata": {**_mpijob()["metadata"], "uid": "job-uid"}})
+    assert [o for o in c.children_of(job) if o["kind"] == "Node"] == [node]  # n1 is not in the cache
+
+
 def test_policy_is_the_design_table():
     assert POLICY.for_kind("", "Pod") == CREATE_ONLY
     assert POLICY.for_kind("", "Secret") == CREATE_ONLY

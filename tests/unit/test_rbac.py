@@ -45,7 +45,11 @@ def _key(res: kube.Resource, subresource: str = "") -> tuple[str, str]:
 def _controllers() -> list[Controller]:
     return [
         Controller(
-            NoKube(), render.Config(gang_scheduling=g), metrics=Metrics(), recorder=EventRecorder(NoKube())
+            NoKube(),
+            render.Config(gang_scheduling=g),
+            metrics=Metrics(),
+            recorder=EventRecorder(NoKube()),
+            watch_nodes=True,
         )
         for g in ("", "volcano", "scheduler-plugins-scheduler")
     ]
@@ -147,7 +151,8 @@ def test_the_namespaced_role_is_the_cluster_role_without_cluster_scoped_resource
     role, binding = load_yaml_documents(DEPLOY / "namespaced" / "watched" / "role" / "role.yaml")
     cluster = _grants(_one(_objects(DEPLOY), "ClusterRole", "mpi-operator")["rules"])
     assert role["kind"] == "Role" and "namespace" not in role["metadata"]
-    assert _grants(role["rules"]) == {k: v for k, v in cluster.items() if k[1] != "priorityclasses"}
+    cluster_scoped = ("priorityclasses", "nodes")
+    assert _grants(role["rules"]) == {k: v for k, v in cluster.items() if k[1] not in cluster_scoped}
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "mpi-operator", "namespace": "mpi-operator"}
     ]

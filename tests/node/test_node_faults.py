@@ -1,0 +1,153 @@
+"""L4: a node lost or restarted in the middle of a run, and a worker killed for memory, on real nodes.
+
+A lost node (power loss: `node kill`) is named on the MPIJob (condition NodeUnavailable and a Warning
+event, with the pods it holds and what unblocks them) soon after it turns NotReady; its worker is not
+deleted meanwhile; when the node returns the job recovers by itself and Succeeds. A kubelet restart
+(`node stop`, `node start`) costs the job nothing. The controller-manager here marks a node NotReady 10 s
+after its last heartbeat (`--node-monitor-grace-period=10s`; 40 s by default)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localcluster.nodes import node_ready
+from localcluster.sandbox import seal
+from tests.e2e.support import condition_is, conditions, name_of, phase
+from tests.node.conftest import NODES, NodeE2E
+from tests.node.jobs import node_job, set_mpirun_args
+from tests.utils import wait_for
+
+pytestmark = pytest.mark.l4
+
+NAMED_WITHIN = 60.0  # seconds from NotReady to the condition on the MPIJob
+RUN_SECONDS = 25  # each rank's run: long enough to lose a node in the middle of it
+
+
+def sleeping_job(name: str = "pi", **kw: Any) -> dict[str, Any]:
+    """Three Open MPI ranks, one worker per node, each sleeping RUN_SECONDS before it prints its host."""
+    body = node_job("openmpi", name, **kw)
+    worker = body["spec"]["mpiReplicaSpecs"]["Worker"]
+    worker["replicas"] = len(NODES)
+    worker["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": name}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    set_mpirun_args(body, "-n", str(len(NODES)), "sh", "-c", f"sleep {RUN_SECONDS}; hostname")
+    return body
+
+
+def running(e2e: NodeE2E, name: str) -> None:
+    e2e.wait_for(lambda: condition_is(e2e.get(name), "Running"), "Running", 180, name)
+    time.sleep(3)  # mpirun has started the ranks
+
+
+def worker_only_node(e2e: NodeE2E, name: str) -> tuple[str, dict[str, Any]]:
+    """A node holding a worker of the job and not its launcher, and that worker."""
+    launcher_nodes = {(p.get("spec") or {}).get("nodeName") for p in e2e.launcher_pods(name)}
+    for pod in e2e.workers(name):
+        node = pod["spec"].get("nodeName")
+        if node and node not in launcher_nodes:
+            return node, pod
+    raise AssertionError(f"every worker shares the launcher's node\n{e2e.describe(name)}")
+
+
+@pytest.fixture
+def restore_nodes(node_e2e: NodeE2E) -> Iterator[None]:
+    """Every node up and Ready after the test, whatever it did to them."""
+    yield
+    work = node_e2e.cluster.work_dir
+    for state in seal.verb_at(work, "status"):
+        if state["state"] != "up":
+            seal.verb_at(work, "start", state["name"])
+    for name in NODES:
+        wait_for(lambda n=name: node_ready(node_e2e.node(n)), f"{name} Ready", 60)
+
+
+def warning_events(e2e: NodeE2E, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in e2e.events(name) if e.get("type") == "Warning" and e.get("reason") == reason]
+
+
+def test_a_lost_node_is_named_on_the_job_and_the_job_recovers_when_it_returns(
+    node_e2e: NodeE2E, restore_nodes: None
+) -> None:
+    name = "pi"
+    node_e2e.submit(sleeping_job(name))
+    running(node_e2e, name)
+    target, victim = worker_only_node(node_e2e, name)
+    seal.verb_at(node_e2e.cluster.work_dir, "kill", target)
+    wait_for(lambda: not node_ready(node_e2e.node(target)), f"{target} NotReady", 40)
+    not_ready = time.monotonic()
+
+    def named() -> dict[str, Any] | None:
+        c = conditions(node_e2e.get(name)).get("NodeUnavailable")
+        return c if c is not None and c["status"] == "True" else None
+
+    c = node_e2e.wait_for(named, "NodeUnavailable", NAMED_WITHIN, name)
+    took = time.monotonic() - not_ready
+    assert c["reason"] == "NodeNotReady", c
+    assert f"Node {target} is " in c["message"] and name_of(victim) in c["message"], c
+    assert f"kubectl delete node {target}" in c["message"], c
+    (event,) = warning_events(node_e2e, name, "NodeNotReady")
+    assert event["message"] == c["message"]
+    assert not condition_is(node_e2e.get(name), "Failed"), node_e2e.describe(name)
+
+    # Not force-deleted: the pod may still run on a node that is only cut off.
+    time.sleep(10)
+    held = {name_of(p): p for p in node_e2e.workers(name)}[name_of(victim)]
+    assert held["metadata"]["uid"] == victim["metadata"]["uid"], held["metadata"]
+    assert not held["metadata"].get("deletionTimestamp"), held["metadata"]
+
+    seal.verb_at(node_e2e.cluster.work_dir, "start", target)
+    job = node_e2e.wait_finished(name, 240)
+    assert condition_is(job, "Succeeded"), node_e2e.describe(name)
+    cleared = conditions(job)["NodeUnavailable"]
+    assert cleared["status"] == "False", cleared
+    print(f"\n[l4] {target} lost: named on the MPIJob {took:.1f} s after it turned NotReady")
+
+
+def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_nodes: None) -> None:
+    name = "pi"
+    node_e2e.submit(sleeping_job(name))
+    running(node_e2e, name)
+    target, _ = worker_only_node(node_e2e, name)
+    uids = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
+    seal.verb_at(node_e2e.cluster.work_dir, "stop", target)
+    time.sleep(4)
+    seal.verb_at(node_e2e.cluster.work_dir, "start", target)
+    wait_for(lambda: node_ready(node_e2e.node(target)), f"{target} Ready again", 60)
+    job = node_e2e.wait_finished(name, 240)
+    assert condition_is(job, "Succeeded"), node_e2e.describe(name)
+    assert node_e2e.restarts(name) == 0, node_e2e.describe(name)
+    after = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
+    assert after == uids, (uids, after)
+    assert not condition_is(job, "NodeUnavailable"), conditions(job)
+
+
+def test_a_worker_killed_for_memory_says_oomkilled_with_its_pod_and_container(node_e2e: NodeE2E) -> None:
+    name = "pi"
+    body = node_job("openmpi", name, run_policy={"backoffLimit": 1})
+    worker = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    # Holds ever more memory (tail keeps a line without an end) until its limit ends it.
+    worker.update(command=["sh", "-c", "head -c 1G /dev/zero | tail"], args=[])
+    worker["resources"] = {"requests": {"memory": "32Mi"}, "limits": {"memory": "32Mi"}}
+    node_e2e.submit(body)
+    job = node_e2e.wait_finished(name, 240)
+    failed = conditions(job).get("Failed")
+    assert failed and failed["status"] == "True", node_e2e.describe(name)
+    ended = [p for p in node_e2e.workers(name) if phase(p) == "Failed"]
+    assert ended, node_e2e.describe(name)
+    container = worker["name"]
+    quoted = [f"pod {name_of(p)}: container {container} exited with code 137" for p in ended]
+    said = [q for q in quoted if q in failed["message"]]
+    assert said, failed
+    assert "(OOMKilled)" in failed["message"], failed

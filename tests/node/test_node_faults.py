@@ -16,6 +16,7 @@ import pytest
 
 from localcluster.nodes import node_ready
 from localcluster.sandbox import seal
+from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE
 from tests.e2e.support import condition_is, conditions, name_of, phase
 from tests.node.conftest import NODES, NodeE2E
 from tests.node.jobs import node_job, set_mpirun_args
@@ -36,7 +37,7 @@ def sleeping_job(name: str = "pi", **kw: Any) -> dict[str, Any]:
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
-                    "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": name}},
+                    "labelSelector": {"matchLabels": {LABEL_JOB_NAME: name, LABEL_JOB_ROLE: "worker"}},
                     "topologyKey": "kubernetes.io/hostname",
                 }
             ]

@@ -16,8 +16,10 @@ import pytest
 
 from localcluster.nodes import node_ready
 from localcluster.sandbox import seal
+from reconcile.runtime.kube import ApiError
 from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE
-from tests.e2e.support import condition_is, conditions, name_of, phase
+from render.nodes import OUT_OF_SERVICE
+from tests.e2e.support import condition_is, conditions, kubectl, name_of, phase
 from tests.node.conftest import NODES, NodeE2E
 from tests.node.jobs import node_job, set_mpirun_args
 from tests.utils import wait_for
@@ -25,14 +27,15 @@ from tests.utils import wait_for
 pytestmark = pytest.mark.l4
 
 NAMED_WITHIN = 60.0  # seconds from NotReady to the condition on the MPIJob
-RUN_SECONDS = 25  # each rank's run: long enough to lose a node in the middle of it
+RUN_SECONDS = 30  # each rank's run: long enough to lose a node in the middle of it
 
 
-def sleeping_job(name: str = "pi", **kw: Any) -> dict[str, Any]:
-    """Three Open MPI ranks, one worker per node, each sleeping RUN_SECONDS before it prints its host."""
+def sleeping_job(name: str = "pi", workers: int = 2, **kw: Any) -> dict[str, Any]:
+    """Open MPI ranks, one worker per node (the launcher anywhere), each sleeping RUN_SECONDS before it
+    prints its host. Two workers on three nodes leave a node for a replacement when one is lost."""
     body = node_job("openmpi", name, **kw)
     worker = body["spec"]["mpiReplicaSpecs"]["Worker"]
-    worker["replicas"] = len(NODES)
+    worker["replicas"] = workers
     worker["template"]["spec"]["affinity"] = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -43,7 +46,7 @@ def sleeping_job(name: str = "pi", **kw: Any) -> dict[str, Any]:
             ]
         }
     }
-    set_mpirun_args(body, "-n", str(len(NODES)), "sh", "-c", f"sleep {RUN_SECONDS}; hostname")
+    set_mpirun_args(body, "-n", str(workers), "sh", "-c", f"sleep {RUN_SECONDS}; hostname")
     return body
 
 
@@ -70,31 +73,61 @@ def restore_nodes(node_e2e: NodeE2E) -> Iterator[None]:
     for state in seal.verb_at(work, "status"):
         if state["state"] != "up":
             seal.verb_at(work, "start", state["name"])
-    for name in NODES:
+    for name in NODES:  # a deleted node registers again when its kubelet starts
+        wait_for(lambda n=name: _exists(node_e2e, n), f"{name} registered", 60)
+        taints = node_e2e.node(name).get("spec", {}).get("taints") or []
+        if any(t.get("key") == OUT_OF_SERVICE for t in taints):
+            kubectl(node_e2e.cluster, "taint", "node", name, f"{OUT_OF_SERVICE}-")
         wait_for(lambda n=name: node_ready(node_e2e.node(n)), f"{name} Ready", 60)
+
+
+def _exists(e2e: NodeE2E, name: str) -> bool:
+    try:
+        e2e.node(name)
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
 
 
 def warning_events(e2e: NodeE2E, name: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in e2e.events(name) if e.get("type") == "Warning" and e.get("reason") == reason]
 
 
-def test_a_lost_node_is_named_on_the_job_and_the_job_recovers_when_it_returns(
-    node_e2e: NodeE2E, restore_nodes: None
+def lose_a_worker_node(e2e: NodeE2E, name: str) -> tuple[str, dict[str, Any], dict[str, Any], float]:
+    """Kill a node holding a worker (not the launcher) of the running job; wait until the job names it.
+    The node, its worker, the condition, and the seconds from NotReady to the condition."""
+    target, victim = worker_only_node(e2e, name)
+    seal.verb_at(e2e.cluster.work_dir, "kill", target)
+    wait_for(lambda: not node_ready(e2e.node(target)), f"{target} NotReady", 40)
+    not_ready = time.monotonic()
+
+    def named() -> dict[str, Any] | None:
+        c = conditions(e2e.get(name)).get("NodeUnavailable")
+        return c if c is not None and c["status"] == "True" else None
+
+    c = e2e.wait_for(named, "NodeUnavailable", NAMED_WITHIN, name)
+    return target, victim, c, time.monotonic() - not_ready
+
+
+RECOVERIES = {
+    "the node returns": lambda e2e, node: seal.verb_at(e2e.cluster.work_dir, "start", node),
+    "the node is deleted": lambda e2e, node: kubectl(e2e.cluster, "delete", "node", node),
+    "the node is out of service": lambda e2e, node: kubectl(
+        e2e.cluster, "taint", "node", node, f"{OUT_OF_SERVICE}=nodeshutdown:NoExecute"
+    ),
+}
+
+
+@pytest.mark.parametrize("recovery", list(RECOVERIES))
+def test_a_lost_node_is_named_on_the_job_and_the_job_recovers(
+    node_e2e: NodeE2E, restore_nodes: None, recovery: str
 ) -> None:
     name = "pi"
     node_e2e.submit(sleeping_job(name))
     running(node_e2e, name)
-    target, victim = worker_only_node(node_e2e, name)
-    seal.verb_at(node_e2e.cluster.work_dir, "kill", target)
-    wait_for(lambda: not node_ready(node_e2e.node(target)), f"{target} NotReady", 40)
-    not_ready = time.monotonic()
-
-    def named() -> dict[str, Any] | None:
-        c = conditions(node_e2e.get(name)).get("NodeUnavailable")
-        return c if c is not None and c["status"] == "True" else None
-
-    c = node_e2e.wait_for(named, "NodeUnavailable", NAMED_WITHIN, name)
-    took = time.monotonic() - not_ready
+    target, victim, c, took = lose_a_worker_node(node_e2e, name)
     assert c["reason"] == "NodeNotReady", c
     assert f"Node {target} is " in c["message"] and name_of(victim) in c["message"], c
     assert f"kubectl delete node {target}" in c["message"], c
@@ -108,12 +141,30 @@ def test_a_lost_node_is_named_on_the_job_and_the_job_recovers_when_it_returns(
     assert held["metadata"]["uid"] == victim["metadata"]["uid"], held["metadata"]
     assert not held["metadata"].get("deletionTimestamp"), held["metadata"]
 
-    seal.verb_at(node_e2e.cluster.work_dir, "start", target)
+    began = time.monotonic()
+    RECOVERIES[recovery](node_e2e, target)
     job = node_e2e.wait_finished(name, 240)
     assert condition_is(job, "Succeeded"), node_e2e.describe(name)
     cleared = conditions(job)["NodeUnavailable"]
     assert cleared["status"] == "False", cleared
-    print(f"\n[l4] {target} lost: named on the MPIJob {took:.1f} s after it turned NotReady")
+    print(
+        f"\n[l4] {target} lost: named on the MPIJob {took:.1f} s after it turned NotReady; {recovery}:"
+        f" Succeeded {time.monotonic() - began:.1f} s later, launcher restarts {node_e2e.restarts(name)}"
+    )
+
+
+def test_a_deadline_that_runs_out_while_a_node_is_lost_names_the_node(
+    node_e2e: NodeE2E, restore_nodes: None
+) -> None:
+    name = "pi"
+    node_e2e.submit(sleeping_job(name, run_policy={"activeDeadlineSeconds": 60}))
+    running(node_e2e, name)
+    target, victim, _, _ = lose_a_worker_node(node_e2e, name)
+    job = node_e2e.wait_finished(name, 120)
+    failed = conditions(job).get("Failed")
+    assert failed and failed["status"] == "True", node_e2e.describe(name)
+    assert failed["reason"] == "DeadlineExceeded", failed
+    assert f"Node {target} is " in failed["message"] and name_of(victim) in failed["message"], failed
 
 
 def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_nodes: None) -> None:
@@ -123,7 +174,7 @@ def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_node
     target, _ = worker_only_node(node_e2e, name)
     uids = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
     seal.verb_at(node_e2e.cluster.work_dir, "stop", target)
-    time.sleep(4)
+    wait_for(lambda: not node_ready(node_e2e.node(target)), f"{target} NotReady", 40)
     seal.verb_at(node_e2e.cluster.work_dir, "start", target)
     wait_for(lambda: node_ready(node_e2e.node(target)), f"{target} Ready again", 60)
     job = node_e2e.wait_finished(name, 240)
@@ -132,6 +183,8 @@ def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_node
     after = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
     assert after == uids, (uids, after)
     assert not condition_is(job, "NodeUnavailable"), conditions(job)
+    told = [e["message"] for e in warning_events(node_e2e, name, "NodeNotReady")]
+    assert all(target in m for m in told), told
 
 
 def test_a_worker_killed_for_memory_says_oomkilled_with_its_pod_and_container(node_e2e: NodeE2E) -> None:

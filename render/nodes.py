@@ -38,7 +38,9 @@ def _node_of(pod: Mapping[str, Any]) -> str:
 
 
 def _out_of_service(node: Mapping[str, Any]) -> bool:
-    taints = (node.get("spec") or {}).get("taints") or ()
+    taints = (node.get("spec") or {}).get("taints")
+    if not isinstance(taints, list):
+        return False
     return any(isinstance(t, Mapping) and t.get("key") == OUT_OF_SERVICE for t in taints)
 
 

@@ -108,6 +108,15 @@ def test_an_out_of_service_taint_is_said():
     assert "tainted node.kubernetes.io/out-of-service: its pods are being deleted" in c["message"]
 
 
+def test_odd_node_bodies_from_a_file_do_not_break_status():
+    j = started()
+    for odd in ({"taints": 7}, {"taints": ["x", None]}):
+        lost = {**LOST, "spec": odd}
+        assert conds(status(j, observed(*running(node("node-a"), lost)), CFG))["NodeUnavailable"][
+            "reason"
+        ] == ("NodeNotReady")
+
+
 def test_a_deadline_that_runs_out_while_a_node_is_lost_names_the_node():
     j = job(runPolicy={"activeDeadlineSeconds": 60})
     j["status"] = status(j, observed(*running(node("node-a"), node("node-b"))), CFG)

@@ -39,7 +39,7 @@ from reconcile.mpijob.syncstate import condition_true, moot_child_event, status_
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.fence import NotLeader
-from reconcile.runtime.informer import Informer, controller_ref, key_of
+from reconcile.runtime.informer import Informer, controller_ref, key_of, node_name_index
 from reconcile.runtime.kube import (
     CONFIGMAP,
     JOB,
@@ -71,11 +71,6 @@ SYNC_FAILURES_FOR_CONDITION = 3
 SYNC_FAILED = "SyncFailed"
 # A key waits this long after the first watch event of a burst before its sync (WorkQueue.add_event).
 EVENT_BATCH_SECONDS = 0.1
-
-
-def node_name_index(obj: Mapping[str, Any]) -> list[str]:
-    node = (obj.get("spec") or {}).get("nodeName")
-    return [node] if isinstance(node, str) and node else []
 
 
 class Controller:

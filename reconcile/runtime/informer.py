@@ -54,6 +54,12 @@ def controller_uid_index(obj: Obj) -> list[str]:
     return []
 
 
+def node_name_index(obj: Obj) -> list[str]:
+    """A pod's node (``spec.nodeName``), once it is bound."""
+    node = (obj.get("spec") or {}).get("nodeName")
+    return [node] if isinstance(node, str) and node else []
+
+
 def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):

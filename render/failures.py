@@ -24,6 +24,7 @@ from typing import Any
 
 from render import names
 from render.api import MPIJob
+from render.evictions import is_disrupted
 from render.observed import (
     KIND_POD,
     FailureEvidence,
@@ -109,8 +110,8 @@ def _count(job: MPIJob, observed: Observed) -> tuple[WorkerFailure, ...]:
         if phase(pod) == "Running" and _running_since(pod, observed.now):
             out.pop(index, None)
             continue
-        if phase(pod) != "Failed":
-            continue
+        if phase(pod) != "Failed" or is_disrupted(pod):
+            continue  # a drain's or a taint's deletion is not the worker failing
         uid = pod_identity(pod)
         before = out.get(index)
         if before is not None and before.pod_uid == uid:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from render import childfields, failures, names, nodes
+from render import childfields, evictions, failures, names, nodes
 from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
 from render.errors import ValidationError
@@ -227,7 +227,8 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         setc(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
         st.setdefault("completionTime", now)
     elif not job.suspended:
-        _running_or_restarting(job, v, ns_name, setc, records)
+        evicted_before = _restarting_for(conds) == REASON_EVICTED
+        _running_or_restarting(job, v, observed, setc, records, evicted_before)
         running = cond.find(conds, cond.RUNNING)
         if (
             running is not None
@@ -309,17 +310,34 @@ def worker_failures_message(job: MPIJob, records: tuple[WorkerFailure, ...]) -> 
     )
 
 
+def _restarting_for(conds: list[dict[str, Any]]) -> str:
+    """The reason of a True Restarting condition, else ""."""
+    c = cond.find(conds, cond.RESTARTING)
+    return str(c.get("reason", "")) if c is not None and _restarting(c) else ""
+
+
 def _running_or_restarting(
-    job: MPIJob, v: JobView, ns_name: str, setc: Any, records: tuple[WorkerFailure, ...]
+    job: MPIJob,
+    v: JobView,
+    observed: Observed,
+    setc: Any,
+    records: tuple[WorkerFailure, ...],
+    evicted_before: bool,
 ) -> None:
+    """Restarting while pods are taken away or replaced, Running once all run. An eviction stays the
+    cause said while the launcher restarts for it (its rank went with the evicted worker)."""
+    ns_name = f"{job.namespace}/{job.name}"
     replicas = job.worker_replicas
     workers = {i: p for i, p in v.workers.items() if i < replicas}
-    evicted = sorted(i for i, p in workers.items() if phase(p) == "Failed" and _pod_reason(p) == "Evicted")
-    failed = sorted(i for i, p in workers.items() if phase(p) == "Failed" and i not in evicted)
+    evicted = evictions.evictions(replicas, v, observed)
+    gone = {e.pod for e in evicted}
+    failed = sorted(
+        i for i, p in workers.items() if phase(p) == "Failed" and names.worker_name(job.name, i) not in gone
+    )
     running_launchers = [p for p in v.launcher_pods if phase(p) == "Running"]
     failed_launchers = [p for p in v.launcher_pods if phase(p) == "Failed"]
     if evicted:
-        setc(cond.RESTARTING, cond.TRUE, REASON_EVICTED, f"{len(evicted)}/{replicas} workers are evicted")
+        setc(cond.RESTARTING, cond.TRUE, REASON_EVICTED, truncate(evictions.describe(evicted, replicas)))
     elif failed:
         pods = ", ".join(names.worker_name(job.name, i) for i in failed)
         message = f"MPIJob {ns_name} is restarting: worker pod(s) {pods} failed and are being replaced"
@@ -333,13 +351,14 @@ def _running_or_restarting(
         setc(cond.RESTARTING, cond.TRUE, REASON_RESTARTING, truncate(message))
     elif v.launcher is not None and failed_launchers and not running_launchers and _replaced(v.launcher_pods):
         # Only once the Job made a new pod: a failed pod the Job does not retry is the job failing.
-        pod = newest(failed_launchers)
-        setc(
-            cond.RESTARTING,
-            cond.TRUE,
-            REASON_RESTARTING,
-            truncate(f"MPIJob {ns_name} is restarting: {pod_failure(pod)[1]}"),
-        )
+        if not evicted_before:
+            pod = newest(failed_launchers)
+            setc(
+                cond.RESTARTING,
+                cond.TRUE,
+                REASON_RESTARTING,
+                truncate(f"MPIJob {ns_name} is restarting: {pod_failure(pod)[1]}"),
+            )
     elif (stuck := image_pull_problem(_live_pods(job, v))) is not None:
         setc(cond.RUNNING, cond.FALSE, REASON_IMAGE_PULL, truncate(f"MPIJob {ns_name} is waiting: {stuck}"))
     elif v.launcher is not None and running_launchers:

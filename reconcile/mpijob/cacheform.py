@@ -13,7 +13,8 @@ Kept, by kind (what is not listed is dropped):
   reads; ``managedFields`` trees pruned to the same paths (the differ looks for removals and applied
   fields within them only);
 * Pods' ``spec.nodeName`` (render/nodes.py) and ``status``: phase, reason, message, the conditions' type
-  and status (and the Ready condition's ``lastTransitionTime``: when an evicted pod stopped being ready),
+  and status (and the Ready condition's ``lastTransitionTime``: when an evicted pod stopped being ready;
+  the DisruptionTarget condition's ``reason``: who takes the pod away, render/evictions.py),
   and each container and init container status's name, terminated states and running state's
   ``startedAt`` (render's readiness, eviction and failure messages; the launcher gate's exit and reported
   wait; render.phases' start times);
@@ -22,7 +23,8 @@ Kept, by kind (what is not listed is dropped):
   makes no watch event, so no sync;
 * MPIJobs: without ``managedFields`` (nothing diffs an MPIJob; its status is written with a PUT, for
   which a body without managedFields keeps the server's);
-* Nodes (read, never written): name, taints and the Ready condition (``node_form``);
+* Nodes (read, never written): name, taints, ``spec.unschedulable`` (cordoned) and the Ready condition
+  (``node_form``);
 * other kinds (ConfigMap, Service, Secret, PodGroups): whole, as patch-mode kinds are compared whole.
 
 ``tests/unit/test_cacheform.py`` checks that every path the policy names survives.
@@ -134,11 +136,16 @@ def _prune_managed_fields(meta: dict[str, Any], spec_paths: list[list[str]]) -> 
 _JOB_STATUS: Final = ("conditions", "startTime", "completionTime", "active", "succeeded", "failed")
 
 
+_POD_CONDITION: Final[Mapping[Any, tuple[str, ...]]] = {
+    "Ready": ("type", "status", "lastTransitionTime"),
+    "DisruptionTarget": ("type", "status", "reason"),
+}
+
+
 def _pod_condition(c: Any) -> Any:
     if not isinstance(c, Mapping):
         return c
-    keys = ("type", "status", "lastTransitionTime") if c.get("type") == "Ready" else ("type", "status")
-    return {k: c[k] for k in keys if k in c}
+    return {k: c[k] for k in _POD_CONDITION.get(c.get("type"), ("type", "status")) if k in c}
 
 
 def _pod_status(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,7 +180,8 @@ _NODE_READY: Final = ("type", "status", "reason", "lastTransitionTime")
 
 
 def node_form(obj: Obj) -> Obj:
-    """A Node as render reads it (render/nodes.py): its name, taints and Ready condition. Without the
+    """A Node as render reads it (render/nodes.py, render/evictions.py): its name, taints, whether it is
+    cordoned, and its Ready condition. Without the
     rest (images, heartbeats, addresses) a Node's watch event that changes none of these syncs nothing."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -189,8 +197,10 @@ def node_form(obj: Obj) -> Obj:
         "metadata": {k: meta[k] for k in _NODE_META if k in meta},
         "status": {"conditions": ready},
     }
-    if isinstance(spec, Mapping) and spec.get("taints"):
-        out["spec"] = {"taints": spec["taints"]}
+    if isinstance(spec, Mapping):
+        kept = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
+        if kept:
+            out["spec"] = kept
     return out
 
 

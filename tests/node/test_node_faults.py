@@ -8,6 +8,8 @@ after its last heartbeat (`--node-monitor-grace-period=10s`; 50 s by default in 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -78,6 +80,8 @@ def restore_nodes(node_e2e: NodeE2E) -> Iterator[None]:
         if any(t.get("key") == OUT_OF_SERVICE for t in taints):
             kubectl(node_e2e.cluster, "taint", "node", name, f"{OUT_OF_SERVICE}-")
         wait_for(lambda n=name: node_ready(node_e2e.node(n)), f"{name} Ready", 60)
+        if body.get("spec", {}).get("unschedulable"):
+            kubectl(node_e2e.cluster, "uncordon", name)
 
 
 def warning_events(e2e: NodeE2E, name: str, reason: str) -> list[dict[str, Any]]:
@@ -194,3 +198,83 @@ def test_a_worker_killed_for_memory_says_oomkilled_with_its_pod_and_container(no
     said = [q for q in quoted if q in failed["message"]]
     assert said, failed
     assert "(OOMKilled)" in failed["message"], failed
+
+
+class StateLog:
+    """The MPIJob's state (its True Running, Restarting, Succeeded or Failed condition, with reason and
+    message) each time it changes, polled in the background: Restarting lasts seconds."""
+
+    def __init__(self, e2e: NodeE2E, name: str) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(e2e, name), daemon=True)
+        self._thread.start()
+
+    def _poll(self, e2e: NodeE2E, name: str) -> None:
+        while not self._stop.wait(0.2):
+            with contextlib.suppress(Exception):
+                self.record(e2e.get(name))
+
+    def record(self, job: dict[str, Any]) -> None:
+        for ctype in ("Succeeded", "Failed", "Restarting", "Running"):
+            c = conditions(job).get(ctype)
+            if c is not None and c["status"] == "True":
+                state = (ctype, c.get("reason", ""), c.get("message", ""))
+                if not self.seen or self.seen[-1] != state:
+                    self.seen.append(state)
+                return
+
+    def stop(self, last: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """The states seen, ending with ``last``'s."""
+        self._stop.set()
+        self._thread.join(5)
+        self.record(last)
+        return self.seen
+
+
+def launcher_node(e2e: NodeE2E, name: str) -> str:
+    (pod,) = [p for p in e2e.launcher_pods(name) if phase(p) == "Running"]
+    return str(pod["spec"]["nodeName"])
+
+
+DRAINED = {
+    "a worker's node": lambda e2e, name: worker_only_node(e2e, name)[0],
+    "the launcher's node": launcher_node,
+}
+
+
+@pytest.mark.parametrize("drained", list(DRAINED))
+def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
+    node_e2e: NodeE2E, restore_nodes: None, drained: str
+) -> None:
+    name = "pi"
+    node_e2e.submit(sleeping_job(name))
+    running(node_e2e, name)
+    target = DRAINED[drained](node_e2e, name)
+    held = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name) if p["spec"]["nodeName"] == target}
+    states = StateLog(node_e2e, name)
+    began = time.monotonic()
+    kubectl(
+        node_e2e.cluster, "drain", target, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"
+    )
+    job = node_e2e.wait_finished(name, 240)
+    seen = states.stop(job)
+    assert condition_is(job, "Succeeded"), node_e2e.describe(name)
+    for pod in node_e2e.pods(name):
+        assert pod["metadata"]["uid"] not in held.values(), pod["metadata"]
+        assert pod["spec"].get("nodeName") != target, (name_of(pod), pod["spec"].get("nodeName"))
+    kinds = [s[0] for s in seen]
+    restarting = [s for s in seen if s[0] == "Restarting"]
+    assert restarting and restarting[0][1] == "MPIJobEvicted", seen
+    assert kinds.index("Running", kinds.index("Restarting")) < kinds.index("Succeeded"), seen
+    said = restarting[0][2]
+    assert f"from node {target} (EvictionByEvictionAPI, the node is cordoned)" in said, said
+    assert any(f"pod {pod} from node" in said for pod in held), (held, said)
+    told = [e["message"] for e in warning_events(node_e2e, name, "MPIJobEvicted")]
+    assert said in told, told
+    limit = 6  # the launcher Job's default backoffLimit
+    assert node_e2e.restarts(name) <= limit, node_e2e.describe(name)
+    print(
+        f"\n[l4] {drained} ({target}) drained: Succeeded {time.monotonic() - began:.1f} s later, launcher"
+        f" restarts {node_e2e.restarts(name)}; states {[s[:2] for s in seen]}; said: {said}"
+    )

@@ -148,7 +148,8 @@ def test_eviction_is_reported_and_not_terminal():
     evicted = worker(0, "Failed", reason="Evicted")
     st = status(j, observed(evicted, worker(1), launcher()), CFG)
     assert conds(st)["Restarting"]["reason"] == "MPIJobEvicted"
-    assert conds(st)["Restarting"]["message"] == "1/2 workers are evicted"
+    message = "1/2 workers are evicted: pod pi-worker-0 (Evicted). They are being replaced."
+    assert conds(st)["Restarting"]["message"] == message
     assert "Failed" not in conds(st) and "completionTime" not in st
 
 
@@ -272,6 +273,7 @@ GOLDEN_STATE = {
     "cluster-domain": None,  # nothing observed yet: Created waits for the children
     "conflict": "Created",
     "deadline-exceeded": "Failed",
+    "drained-worker": "Restarting",
     "evicted-worker": "Restarting",
     "failed-worker-backoff": "Restarting",
     "failed-worker-replaced": "Restarting",

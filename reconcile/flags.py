@@ -134,6 +134,16 @@ def parser() -> argparse.ArgumentParser:
         " (default true; false for an install without a ClusterRole)",
         default=True,
     )
+    p.add_argument(
+        "--force-delete-lost-workers-after",
+        type=go_int,
+        default=0,
+        metavar="SECONDS",
+        help="force-delete a job's worker pods on a node that has not been Ready this long, so they are"
+        " replaced elsewhere without waiting for the node; 0 (default): never. Risk: a node that only lost"
+        " the API server may still run them, and a second copy of a rank would run beside the first"
+        " (docs/troubleshooting.md). Needs --watch-nodes",
+    )
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
     # client-go's leader-election flag names (kube-controller-manager's), with its defaults
     p.add_argument(
@@ -277,6 +287,15 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "--controller-queue-rate-limit must be >= 0 and --controller-queue-burst >= 1",
         ),
         (lambda a: 0 <= a.monitoring_port <= 65535, "--monitoring-port must be within 0-65535"),
+        (
+            lambda a: a.force_delete_lost_workers_after >= 0,
+            "--force-delete-lost-workers-after must be >= 0 (0: never)",
+        ),
+        (
+            lambda a: a.force_delete_lost_workers_after == 0 or a.watch_nodes,
+            "--force-delete-lost-workers-after needs --watch-nodes=true (it reads when a node stopped"
+            " being Ready)",
+        ),
         (
             lambda a: (
                 a.leader_elect_lease_duration

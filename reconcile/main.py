@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             "namespace": args.namespace or "(all)",
             "threadiness": args.threadiness,
             "gang_scheduling": args.gang_scheduling,
+            "force_delete_lost_workers_after": args.force_delete_lost_workers_after,
             "lock_namespace": args.lock_namespace,
         },
     )
@@ -254,7 +255,11 @@ def run(args: argparse.Namespace) -> int:
         [
             Controller(
                 kube,
-                render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling),
+                render.Config(
+                    cluster_domain=args.cluster_domain,
+                    gang_scheduling=args.gang_scheduling,
+                    force_delete_lost_workers_after=args.force_delete_lost_workers_after,
+                ),
                 metrics=metrics,
                 recorder=recorder,
                 namespace=namespace,

@@ -15,6 +15,9 @@ class Config:
 
     cluster_domain: str = ""  # --cluster-domain; "" keeps upstream's short `.svc` FQDNs in the hostfile
     gang_scheduling: str = ""  # "" | "volcano" | a scheduler-plugins scheduler name
+    # --force-delete-lost-workers-after: seconds a node holding workers is not Ready before they are
+    # force-deleted (render/nodes.py); 0: never
+    force_delete_lost_workers_after: int = 0
 
 
 @attrs.frozen

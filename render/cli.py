@@ -77,6 +77,13 @@ def _parser(prog: str = "mpijob render") -> argparse.ArgumentParser:
     p.add_argument("--ssh-key", help="PEM ECDSA private key to use when no live SSH Secret exists")
     p.add_argument("--cluster-domain", default="", help="cluster domain appended to host names")
     p.add_argument("--gang-scheduling", default="", help='"volcano" or a scheduler-plugins scheduler name')
+    p.add_argument(
+        "--force-delete-lost-workers-after",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="as the operator's flag: the status then says when a lost node's workers are force-deleted",
+    )
     p.add_argument("--version", action="version", version=f"{prog} {version()} ({names.API_VERSION})")
     return p
 
@@ -394,7 +401,17 @@ def _settings(args: argparse.Namespace) -> tuple[datetime, SSHKey, Config]:
         raise ValidationError(
             [FieldError("--cluster-domain", f"Too long: must have at most {CLUSTER_DOMAIN_MAX} characters")]
         )
-    return now, key, Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
+    if args.force_delete_lost_workers_after < 0:
+        raise ValidationError([FieldError("--force-delete-lost-workers-after", "must be >= 0 (0: never)")])
+    return (
+        now,
+        key,
+        Config(
+            cluster_domain=args.cluster_domain,
+            gang_scheduling=args.gang_scheduling,
+            force_delete_lost_workers_after=args.force_delete_lost_workers_after,
+        ),
+    )
 
 
 def _output(objs: list[dict[str, Any]], fmt: str, statuses: bool) -> str:

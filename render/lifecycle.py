@@ -7,8 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
-from render import failures
-from render.api import MPIJob
+from render import failures, nodes
+from render.api import Config, MPIJob
 from render.errors import ValidationError
 from render.observed import Observed
 from render.parse import parse_mpijob
@@ -43,9 +43,11 @@ def next_wakeup(
     status: Mapping[str, Any],
     now: datetime,
     observed: Observed | None = None,
+    config: Config | None = None,
 ) -> datetime | None:
     """The earliest future moment at which the job changes by time alone (deadline, TTL, or with
-    `observed` the end of a failed worker's back-off), else None."""
+    `observed` the end of a failed worker's back-off, and with `config` too a lost node's workers due to
+    be force-deleted), else None."""
     job = _job(mpijob)
     if job is None or job.managed_externally:
         return None
@@ -61,5 +63,9 @@ def next_wakeup(
         replace = failures.next_replacement(job, observed) if observed is not None else None
         if replace is not None:
             moments.append(replace)
+    if observed is not None and config is not None:
+        force = nodes.next_force_deletion(job, status, observed, config)
+        if force is not None:
+            moments.append(force)
     future = [m for m in moments if m > now]
     return min(future) if future else None

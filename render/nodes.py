@@ -6,16 +6,27 @@ the node's kubelet can say it ended. Kubernetes evicts it after the pod's not-re
 `node.kubernetes.io/out-of-service` taint. A worker has a fixed name, so its replacement waits for that.
 Render only reads the Nodes it is given; a node it is not given is not judged (it may be gone already, and
 the pod garbage collector then removes its pods).
+
+With ``Config.force_delete_lost_workers_after`` the job's worker pods on such a node are force-deleted
+(grace period 0) once the node has not been Ready that long, so their replacements start elsewhere without
+waiting for the node. It is off by default: a node that stopped reporting may still run its pods, cut off
+from the API server but not from the other workers, and a second copy of a rank would then run beside the
+first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
 
-from render.observed import KIND_NODE, JobView, Observed, condition, phase
+from render import conditions as cond
+from render import failures
+from render.api import Config, MPIJob
+from render.observed import KIND_NODE, JobView, Observed, condition, is_terminating, phase
+from render.timeutil import add_seconds, parse_time
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 MAX_PODS_NAMED = 8
@@ -78,8 +89,9 @@ def _pods(names: tuple[str, ...]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def describe(lost: tuple[LostNode, ...]) -> str:
-    """One sentence per node: which, since when, why, the pods held there and what unblocks them."""
+def describe(lost: tuple[LostNode, ...], force_after: int = 0) -> str:
+    """One sentence per node: which, since when, why, the pods held there and what unblocks them;
+    ``force_after``: Config.force_delete_lost_workers_after."""
     parts = []
     for n in lost:
         state = "NotReady" if n.status == "False" else "not reporting (Ready Unknown)"
@@ -89,6 +101,11 @@ def describe(lost: tuple[LostNode, ...]) -> str:
         sentence = f"Node {n.name} is {state}{since}{why} and holds pod(s) {pods}."
         if n.out_of_service:
             sentence += f" It is tainted {OUT_OF_SERVICE}: its pods are being deleted, then replaced."
+        elif force_after > 0:
+            sentence += (
+                f" Its worker pods are force-deleted {force_after} s after it stopped being Ready"
+                " (--force-delete-lost-workers-after), then replaced elsewhere."
+            )
         else:
             sentence += (
                 " They are replaced once the node is Ready again, or once it is removed"
@@ -97,3 +114,47 @@ def describe(lost: tuple[LostNode, ...]) -> str:
             )
         parts.append(sentence)
     return " ".join(parts)
+
+
+def _lost_since(observed: Observed, node_name: str) -> datetime | None:
+    """When the node stopped being Ready, if it is in ``observed`` and not Ready."""
+    node = observed.get(KIND_NODE, node_name) if node_name else None
+    ready = condition(node, "Ready") if node is not None else None
+    if ready is None or ready.get("status") == "True":
+        return None
+    return parse_time(ready.get("lastTransitionTime"))
+
+
+def _force_moments(
+    job: MPIJob, status: Mapping[str, Any], observed: Observed, config: Config
+) -> list[tuple[datetime, dict[str, Any]]]:
+    """(when, pod) for each worker pod of the job the flag force-deletes: on a node not Ready, while the
+    job runs or once the pod is being deleted anyway (a finished job's pods that cleanPodPolicy keeps
+    stay)."""
+    after = config.force_delete_lost_workers_after
+    if after <= 0:
+        return []
+    finished = cond.is_finished(cond.clean(status.get("conditions")))
+    out = []
+    for pod in failures.worker_pods(job, observed).values():
+        if finished and not is_terminating(pod):
+            continue
+        since = _lost_since(observed, _node_of(pod))
+        if since is not None:
+            out.append((add_seconds(since, after), pod))
+    return out
+
+
+def force_deletions(
+    job: MPIJob, status: Mapping[str, Any], observed: Observed, config: Config
+) -> tuple[dict[str, Any], ...]:
+    """The worker pods to force-delete now (Config.force_delete_lost_workers_after)."""
+    return tuple(pod for when, pod in _force_moments(job, status, observed, config) if when <= observed.now)
+
+
+def next_force_deletion(
+    job: MPIJob, status: Mapping[str, Any], observed: Observed, config: Config
+) -> datetime | None:
+    """The earliest moment a worker pod is due to be force-deleted, if one is due later."""
+    later = [when for when, _ in _force_moments(job, status, observed, config) if when > observed.now]
+    return min(later) if later else None

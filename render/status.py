@@ -237,7 +237,7 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         ):
             conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
 
-    conds = _node_condition(job, v, observed, conds, now)
+    conds = _node_condition(job, v, observed, config, conds, now)
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
         conds.append(
@@ -261,16 +261,17 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
 
 
 def _node_condition(
-    job: MPIJob, v: JobView, observed: Observed, conds: list[dict[str, Any]], now: str
+    job: MPIJob, v: JobView, observed: Observed, config: Config, conds: list[dict[str, Any]], now: str
 ) -> list[dict[str, Any]]:
     """NodeUnavailable while a node holding the job's pods is not Ready; a failure in this sync names
     such nodes too (they are the likeliest cause); at the finish the condition turns False."""
     ns_name = f"{job.namespace}/{job.name}"
     lost = nodes.lost_nodes(job.worker_replicas, v, observed)
+    force_after = config.force_delete_lost_workers_after
     if cond.is_finished(conds):
         failed = cond.find(conds, cond.FAILED)
         if lost and failed is not None and failed.get("status") == cond.TRUE:
-            message = str(failed.get("message", "")).rstrip(".") + ". " + nodes.describe(lost)
+            message = str(failed.get("message", "")).rstrip(".") + ". " + nodes.describe(lost, force_after)
             conds = [{**c, "message": truncate(message)} if c is failed else c for c in conds]
         if cond.is_true(conds, cond.NODE_UNAVAILABLE):
             message = f"MPIJob {ns_name} has finished."
@@ -280,7 +281,7 @@ def _node_condition(
         return conds
     if lost:
         reason = REASON_NODE_OUT_OF_SERVICE if all(n.out_of_service for n in lost) else REASON_NODE_NOT_READY
-        message = truncate(f"MPIJob {ns_name} is held up: {nodes.describe(lost)}")
+        message = truncate(f"MPIJob {ns_name} is held up: {nodes.describe(lost, force_after)}")
         return cond.set_condition(conds, cond.NODE_UNAVAILABLE, cond.TRUE, reason, message, now)
     if cond.is_true(conds, cond.NODE_UNAVAILABLE):
         message = f"No pod of MPIJob {ns_name} is on a node that is not Ready."

@@ -16,8 +16,8 @@ Protocol, one field manager (the caller's) throughout:
   paths the kind's policy lets us change (``Plan`` patches), so forcing can only take back those fields
   -- from another writer who changed them, or from our own creation-time "Update" entry, which would
   otherwise conflict with our "Apply" entry. It never claims a field we do not render.
-* **Deletes** carry ``preconditions.uid`` (a same-named successor is never hit) and background
-  propagation; 404 means done.
+* **Deletes** carry ``preconditions.uid`` (a same-named successor is never hit), background
+  propagation, and the plan's grace period if it gives one; 404 means done.
 
 Outcomes for the caller's queue: 409 conflicts, 429, 5xx and connection errors set ``retry`` (requeue
 with backoff); ``AlreadyExists`` on create or 404 on patch set ``replan`` (the cache is stale); other
@@ -454,12 +454,14 @@ class _Run:
         res = self._resource(entry.api_version, entry.key, "delete")
         if res is None:
             return
-        options = {
+        options: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "propagationPolicy": "Background",
             "preconditions": {"uid": entry.uid},
         }
+        if entry.grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = entry.grace_period_seconds
         answer, exc = self._call(
             "delete",
             entry.key,
@@ -469,7 +471,8 @@ class _Run:
         )
         if exc is None:
             self._finish(Outcome(entry.key, "deleted", answer))
-            self.events.append(EventData(NORMAL, "SuccessfulDelete", f"Deleted {entry.key}", str(entry.key)))
+            said = "Force-deleted" if entry.grace_period_seconds == 0 else "Deleted"
+            self.events.append(EventData(NORMAL, "SuccessfulDelete", f"{said} {entry.key}", str(entry.key)))
         elif _status(exc) == 404:
             self._finish(Outcome(entry.key, "gone"))
         else:

@@ -96,17 +96,30 @@ class Patch:
 
 @attrs.frozen
 class Delete:
-    """Delete with ``preconditions.uid``: a same-named successor object is never hit."""
+    """Delete with ``preconditions.uid``: a same-named successor object is never hit. ``grace_period_seconds``
+    0 is a force delete: the object goes at once, whether or not whoever runs it has stopped it."""
 
     key: ObjectKey
     api_version: str
     uid: str
+    grace_period_seconds: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": "delete", "object": str(self.key), "apiVersion": self.api_version, "uid": self.uid}
+        out: dict[str, Any] = {
+            "action": "delete",
+            "object": str(self.key),
+            "apiVersion": self.api_version,
+            "uid": self.uid,
+        }
+        if self.grace_period_seconds is not None:
+            out["gracePeriodSeconds"] = self.grace_period_seconds
+        return out
 
     def __str__(self) -> str:
-        return f"delete {self.key} (uid {self.uid})"
+        if self.grace_period_seconds == 0:
+            return f"force-delete {self.key} (uid {self.uid})"
+        grace = f", grace {self.grace_period_seconds} s" if self.grace_period_seconds is not None else ""
+        return f"delete {self.key} (uid {self.uid}{grace})"
 
 
 @attrs.frozen

@@ -17,7 +17,7 @@ import attrs
 import render
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult
-from reconcile.engine.plan import Plan
+from reconcile.engine.plan import Delete, ObjectKey, Plan
 from reconcile.mpijob import recreate
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
@@ -30,7 +30,7 @@ from reconcile.mpijob.syncstate import (
     worth_writing,
 )
 from render import conditions as rcond
-from render import failures, names
+from render import failures, names, nodes
 from render.children.sshwait import discovers_hosts
 from render.observed import CreateFailure
 
@@ -191,7 +191,8 @@ def decide(
         hostfile_wake = window - (now - since).total_seconds() + _SLACK
     the_plan, held_for = recreate.hold(memory.created, the_plan, now, _failed_uids(memory))
     recreate_wake = None if held_for is None else held_for + _SLACK
-    status, memory = settle_status(job, mpijob, known, memory, now, observed)
+    the_plan = _force_deletes(the_plan, nodes.force_deletions(job, known, observed, config))
+    status, memory = settle_status(job, mpijob, known, memory, now, observed, config)
     return Decision(
         Action.SYNC,
         memory,
@@ -224,7 +225,7 @@ def settle(
     observed = _observed(children, memory, now)
     new = render.status(base, observed, config)
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
-    return settle_status(job, mpijob, new, memory, now, observed)
+    return settle_status(job, mpijob, new, memory, now, observed, config)
 
 
 def settle_status(
@@ -234,10 +235,12 @@ def settle_status(
     memory: JobMemory,
     now: datetime,
     observed: render.Observed | None = None,
+    config: render.Config | None = None,
 ) -> tuple[StatusDecision, JobMemory]:
-    """``observed``: the world ``new`` was computed from (a failed worker's back-off ends by time)."""
+    """``observed``: the world ``new`` was computed from (a failed worker's back-off ends by time; with
+    ``config``, a lost node's workers are due to be force-deleted)."""
     old = dict(mpijob.get("status") or {})
-    wake = _wakeup(job, new, now, observed)
+    wake = _wakeup(job, new, now, observed, config)
     if not worth_writing(old, new):
         return StatusDecision(old, new, False, False, wake), attrs.evolve(memory, status_held_since=None)
     # Replica counts alone changed: hold the write up to QUIET_SECONDS from the first such change (a
@@ -251,7 +254,7 @@ def settle_status(
     if held:
         assert since is not None
         until = window - (now - since).total_seconds() + _SLACK
-        shown_wake = _wakeup(job, old, now, observed)
+        shown_wake = _wakeup(job, old, now, observed, config)
         wake = min(w for w in (until, shown_wake) if w is not None)
         return StatusDecision(old, new, False, True, wake), memory
     return StatusDecision(old, new, True, False, wake), memory
@@ -278,6 +281,20 @@ def remember(memory: JobMemory, the_plan: Plan, result: ExecResult, now: datetim
         taken = taken | {(c.key.kind, c.key.name) for c in the_plan.creates if c.key not in settled}
     created = recreate.record(memory.created, result, now, _failed_uids(memory))
     return attrs.evolve(memory, create_failure=refused, taken=taken, created=created)
+
+
+def _force_deletes(the_plan: Plan, pods: Sequence[Mapping[str, Any]]) -> Plan:
+    """The plan with these pods force-deleted (grace period 0) instead of waited for or deleted."""
+    if not pods:
+        return the_plan
+    forced = {ObjectKey.of(p): p for p in pods}
+    deletes = [d for d in the_plan.deletes if d.key not in forced]
+    deletes += [
+        Delete(key, str(p.get("apiVersion", "v1")), str(p["metadata"].get("uid", "")), grace_period_seconds=0)
+        for key, p in sorted(forced.items())
+    ]
+    waits = tuple(w for w in the_plan.waits if w.key not in forced)
+    return attrs.evolve(the_plan, deletes=tuple(deletes), waits=waits)
 
 
 def _failed_uids(memory: JobMemory) -> frozenset[str]:
@@ -329,9 +346,13 @@ def _hold(
 
 
 def _wakeup(
-    job: render.MPIJob, status: Mapping[str, Any], now: datetime, observed: render.Observed | None
+    job: render.MPIJob,
+    status: Mapping[str, Any],
+    now: datetime,
+    observed: render.Observed | None,
+    config: render.Config | None,
 ) -> float | None:
-    wake = render.next_wakeup(job, status, now, observed)
+    wake = render.next_wakeup(job, status, now, observed, config)
     if wake is None:
         return None
     return min(MAX_WAKEUP_SECONDS, max(0.0, (wake - now).total_seconds()) + _SLACK)

@@ -28,7 +28,9 @@ def load_case(case: str) -> tuple[object, list[dict], Config, str]:
     objects = load_objects((d / "observed.yaml").read_text()) if (d / "observed.yaml").exists() else []
     cfg = (load_yaml((d / "config.yaml").read_text()) if (d / "config.yaml").exists() else None) or {}
     config = Config(
-        cluster_domain=cfg.get("cluster_domain", ""), gang_scheduling=cfg.get("gang_scheduling", "")
+        cluster_domain=cfg.get("cluster_domain", ""),
+        gang_scheduling=cfg.get("gang_scheduling", ""),
+        force_delete_lost_workers_after=int(cfg.get("force_delete_lost_workers_after", 0)),
     )
     return mpijob, objects, config, str(cfg.get("now", DEFAULT_NOW))
 
@@ -47,7 +49,7 @@ def produce(case: str) -> dict[str, str]:
     new = status(mpijob, observed, config)
     files["status.yaml"] = dump(new)
     old = mpijob.get("status") if isinstance(mpijob, dict) else None
-    wakeup = next_wakeup(mpijob, new, now, observed)
+    wakeup = next_wakeup(mpijob, new, now, observed, config)
     files["lifecycle.yaml"] = dump(
         {
             "events": [attrs.asdict(e) for e in events(mpijob, old, new, observed)],

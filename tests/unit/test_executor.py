@@ -339,3 +339,15 @@ def test_removals_from_a_vanished_object_replan() -> None:
     fake = FakeDynamic({("patch", "pod"): api_error(404, "NotFound")})
     result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
     assert result.replan and not result.failures and [verb for verb, _ in fake.calls] == ["patch"]
+
+
+def test_a_force_delete_sends_grace_period_zero() -> None:
+    fake = FakeDynamic()
+    key = ObjectKey("", "Pod", "ns", "pi-worker-1")
+    forced = Plan(deletes=(Delete(key, "v1", "uid-1", grace_period_seconds=0),))
+    assert str(forced.deletes[0]) == "force-delete Pod ns/pi-worker-1 (uid uid-1)"
+    result = execute(forced, DynamicWriter(fake), FIELD_MANAGER, owner_description="MPIJob")
+    ((verb, kw),) = fake.calls
+    assert verb == "delete" and kw["body"]["gracePeriodSeconds"] == 0
+    assert kw["body"]["preconditions"] == {"uid": "uid-1"}
+    assert [e.message for e in result.events] == ["Force-deleted Pod ns/pi-worker-1"]

@@ -132,3 +132,12 @@ def test_flag_defaults_match_upstream(monkeypatch):
     assert flags.parse(["--kubeConfig", "/k"]).kubeconfig == "/k"
     with pytest.raises(SystemExit):
         flags.parse(["--threadiness", "0"])
+
+
+def test_force_delete_lost_workers_after():
+    assert flags.parse([]).force_delete_lost_workers_after == 0
+    assert flags.parse(["-force-delete-lost-workers-after=120"]).force_delete_lost_workers_after == 120
+    flag = "--force-delete-lost-workers-after"
+    for argv in ([f"{flag}=-1"], [f"{flag}=5", "--watch-nodes=false"]):
+        with pytest.raises(SystemExit):
+            flags.parse(argv)

@@ -158,3 +158,44 @@ def test_the_cache_keeps_the_pods_node():
     pod = on(worker(0), "node-a")
     pod["spec"]["containers"] = [{"name": "worker", "image": "x"}]
     assert cache_form(pod, "v1", "Pod")["spec"] == {"nodeName": "node-a"}
+
+
+# -- --force-delete-lost-workers-after ------------------------------------------------------------------
+FORCE = Config(force_delete_lost_workers_after=60)
+
+
+def lost_since(seconds_ago: int) -> dict:
+    return node("node-b", "Unknown", "NodeStatusUnknown", since=ts(seconds_ago))
+
+
+def test_force_deletion_is_off_by_default_and_due_once_the_node_has_been_lost_that_long():
+    from render import next_wakeup, parse_mpijob
+    from render.nodes import force_deletions, next_force_deletion
+
+    j = started()
+    parsed = parse_mpijob(j)
+    young = observed(*running(node("node-a"), lost_since(15)))
+    old = observed(*running(node("node-a"), lost_since(90)))
+    assert force_deletions(parsed, j["status"], old, CFG) == ()
+    assert next_force_deletion(parsed, j["status"], old, CFG) is None
+    assert force_deletions(parsed, j["status"], young, FORCE) == ()
+    assert next_force_deletion(parsed, j["status"], young, FORCE) == NOW + timedelta(seconds=45)
+    assert next_wakeup(j, j["status"], NOW, young, FORCE) == NOW + timedelta(seconds=45)
+    (pod,) = force_deletions(parsed, j["status"], old, FORCE)
+    assert pod["metadata"]["name"] == "pi-worker-1"  # the launcher's pod is the launcher Job's
+    # a finished job's pods that cleanPodPolicy keeps stay; the ones being deleted go
+    done = {**j["status"], "conditions": [{"type": "Succeeded", "status": "True"}]}
+    assert force_deletions(parsed, done, old, FORCE) == ()
+    going = on(worker(1), "node-b")
+    going["metadata"]["deletionTimestamp"] = ts(5)
+    gone = observed(*running(node("node-a"), lost_since(90), lost_worker=going))
+    assert [p["metadata"]["name"] for p in force_deletions(parsed, done, gone, FORCE)] == ["pi-worker-1"]
+
+
+def test_the_condition_says_when_the_workers_are_force_deleted():
+    j = started()
+    st = status(j, observed(*running(node("node-a"), lost_since(15))), FORCE)
+    assert conds(st)["NodeUnavailable"]["message"].endswith(
+        " Its worker pods are force-deleted 60 s after it stopped being Ready"
+        " (--force-delete-lost-workers-after), then replaced elsewhere."
+    )

@@ -283,6 +283,7 @@ GOLDEN_STATE = {
     "intel-pi": None,  # nothing observed yet: Created waits for the children
     "invalid": "Failed",
     "launcher-failed-after-restart": "Failed",
+    "lost-node-force-delete": "Running",
     "launcher-failed-oomkilled": "Failed",
     "launcher-pod-failed-not-retried": "Running",
     "launcher-retrying": "Restarting",

@@ -471,8 +471,13 @@ class _Run:
         )
         if exc is None:
             self._finish(Outcome(entry.key, "deleted", answer))
-            said = "Force-deleted" if entry.grace_period_seconds == 0 else "Deleted"
-            self.events.append(EventData(NORMAL, "SuccessfulDelete", f"{said} {entry.key}", str(entry.key)))
+            # A force delete is not routine: whoever ran the object may not have stopped it.
+            key = str(entry.key)
+            self.events.append(
+                EventData(WARNING, "ForceDeleted", f"Force-deleted {key} (grace period 0)", key)
+                if entry.grace_period_seconds == 0
+                else EventData(NORMAL, "SuccessfulDelete", f"Deleted {key}", key)
+            )
         elif _status(exc) == 404:
             self._finish(Outcome(entry.key, "gone"))
         else:

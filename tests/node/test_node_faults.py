@@ -278,3 +278,36 @@ def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
         f"\n[l4] {drained} ({target}) drained: Succeeded {time.monotonic() - began:.1f} s later, launcher"
         f" restarts {node_e2e.restarts(name)}; states {[s[:2] for s in seen]}; said: {said}"
     )
+
+
+FORCE_AFTER = 5  # seconds NotReady before the flag force-deletes the lost node's workers
+
+
+def test_with_the_force_flag_a_lost_node_s_worker_is_replaced_elsewhere_while_the_node_is_down(
+    node_e2e: NodeE2E, restore_nodes: None
+) -> None:
+    name = "pi"
+    flags = (*node_e2e.operator.flags, f"--force-delete-lost-workers-after={FORCE_AFTER}")
+    with node_e2e.operator.with_flags(*flags):
+        node_e2e.submit(sleeping_job(name))
+        running(node_e2e, name)
+        target, victim, c, _ = lose_a_worker_node(node_e2e, name)
+        assert "force-deleted 5 s after it stopped being Ready" in c["message"], c
+        began = time.monotonic()
+
+        def replaced() -> dict[str, Any] | None:
+            pod = {name_of(p): p for p in node_e2e.workers(name)}.get(name_of(victim))
+            return pod if pod is not None and pod["metadata"]["uid"] != victim["metadata"]["uid"] else None
+
+        new = node_e2e.wait_for(replaced, f"{name_of(victim)} replaced", 60, name)
+        job = node_e2e.wait_finished(name, 240)
+        assert condition_is(job, "Succeeded"), node_e2e.describe(name)
+        assert not node_ready(node_e2e.node(target)), "the node came back: the test proves nothing"
+        assert new["spec"].get("nodeName") != target, new["spec"]
+        told = [e["message"] for e in warning_events(node_e2e, name, "ForceDeleted")]
+        assert told == [f"Force-deleted Pod {node_e2e.ns}/{name_of(victim)} (grace period 0)"], told
+        print(
+            f"\n[l4] {target} lost, --force-delete-lost-workers-after={FORCE_AFTER}: Succeeded"
+            f" {time.monotonic() - began:.1f} s after the job named the node, with the node still down;"
+            f" launcher restarts {node_e2e.restarts(name)}"
+        )

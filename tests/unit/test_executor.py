@@ -350,4 +350,6 @@ def test_a_force_delete_sends_grace_period_zero() -> None:
     ((verb, kw),) = fake.calls
     assert verb == "delete" and kw["body"]["gracePeriodSeconds"] == 0
     assert kw["body"]["preconditions"] == {"uid": "uid-1"}
-    assert [e.message for e in result.events] == ["Force-deleted Pod ns/pi-worker-1"]
+    assert [(e.type, e.reason, e.message) for e in result.events] == [
+        ("Warning", "ForceDeleted", "Force-deleted Pod ns/pi-worker-1 (grace period 0)")
+    ]

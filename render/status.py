@@ -410,10 +410,6 @@ def deadline(job: MPIJob, st: Mapping[str, Any]) -> Any:
     return add_seconds(start, ads)
 
 
-def _pod_reason(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("reason") or "")
-
-
 def newest(pods: list[dict[str, Any]]) -> dict[str, Any]:
     def key(p: Mapping[str, Any]) -> tuple[str, str]:
         meta = p.get("metadata") or {}

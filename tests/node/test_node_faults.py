@@ -51,7 +51,9 @@ def sleeping_job(name: str = "pi", workers: int = 2, **kw: Any) -> dict[str, Any
     return body
 
 
-def running(e2e: NodeE2E, name: str) -> None:
+def start_running(e2e: NodeE2E, name: str, **kw: Any) -> None:
+    """Submit a sleeping job and wait until its ranks run."""
+    e2e.submit(sleeping_job(name, **kw))
     e2e.wait_for(lambda: condition_is(e2e.get(name), "Running"), "Running", 180, name)
     time.sleep(3)  # mpirun has started the ranks
 
@@ -118,8 +120,7 @@ def test_a_lost_node_is_named_on_the_job_and_the_job_recovers(
     node_e2e: NodeE2E, restore_nodes: None, recovery: str
 ) -> None:
     name = "pi"
-    node_e2e.submit(sleeping_job(name))
-    running(node_e2e, name)
+    start_running(node_e2e, name)
     target, victim, c, took = lose_a_worker_node(node_e2e, name)
     assert c["reason"] == "NodeNotReady", c
     assert f"Node {target} is " in c["message"] and name_of(victim) in c["message"], c
@@ -150,8 +151,7 @@ def test_a_deadline_that_runs_out_while_a_node_is_lost_names_the_node(
     node_e2e: NodeE2E, restore_nodes: None
 ) -> None:
     name = "pi"
-    node_e2e.submit(sleeping_job(name, run_policy={"activeDeadlineSeconds": 60}))
-    running(node_e2e, name)
+    start_running(node_e2e, name, run_policy={"activeDeadlineSeconds": 60})
     target, victim, _, _ = lose_a_worker_node(node_e2e, name)
     job = node_e2e.wait_finished(name, 120)
     failed = conditions(job).get("Failed")
@@ -162,8 +162,7 @@ def test_a_deadline_that_runs_out_while_a_node_is_lost_names_the_node(
 
 def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_nodes: None) -> None:
     name = "pi"
-    node_e2e.submit(sleeping_job(name))
-    running(node_e2e, name)
+    start_running(node_e2e, name)
     target, _ = worker_only_node(node_e2e, name)
     uids = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
     seal.verb_at(node_e2e.cluster.work_dir, "stop", target)
@@ -248,8 +247,7 @@ def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
     node_e2e: NodeE2E, restore_nodes: None, drained: str
 ) -> None:
     name = "pi"
-    node_e2e.submit(sleeping_job(name))
-    running(node_e2e, name)
+    start_running(node_e2e, name)
     target = DRAINED[drained](node_e2e, name)
     held = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name) if p["spec"]["nodeName"] == target}
     states = StateLog(node_e2e, name)
@@ -289,8 +287,7 @@ def test_with_the_force_flag_a_lost_node_s_worker_is_replaced_elsewhere_while_th
     name = "pi"
     flags = (*node_e2e.operator.flags, f"--force-delete-lost-workers-after={FORCE_AFTER}")
     with node_e2e.operator.with_flags(*flags):
-        node_e2e.submit(sleeping_job(name))
-        running(node_e2e, name)
+        start_running(node_e2e, name)
         target, victim, c, _ = lose_a_worker_node(node_e2e, name)
         assert "force-deleted 5 s after it stopped being Ready" in c["message"], c
         began = time.monotonic()

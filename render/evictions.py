@@ -15,10 +15,19 @@ from typing import Any
 
 import attrs
 
-from render.observed import KIND_NODE, JobView, Observed, condition, is_terminating, phase
+from render.names import listed
+from render.observed import (
+    KIND_NODE,
+    JobView,
+    Observed,
+    condition,
+    condition_true,
+    is_terminating,
+    node_name,
+    phase,
+)
 
 DISRUPTION_TARGET = "DisruptionTarget"
-MAX_PODS_NAMED = 8
 MAX_KUBELET_MESSAGE = 200
 
 
@@ -35,8 +44,7 @@ class Eviction:
 
 def is_evicted(pod: Mapping[str, Any]) -> bool:
     """Being taken away: marked DisruptionTarget, or Failed by the kubelet's eviction."""
-    target = condition(pod, DISRUPTION_TARGET)
-    if target is not None and target.get("status") == "True":
+    if condition_true(pod, DISRUPTION_TARGET):
         return True
     return phase(pod) == "Failed" and (pod.get("status") or {}).get("reason") == "Evicted"
 
@@ -44,14 +52,13 @@ def is_evicted(pod: Mapping[str, Any]) -> bool:
 def is_disrupted(pod: Mapping[str, Any]) -> bool:
     """Deleted by Kubernetes for a reason outside the pod (a drain, preemption, a taint): its end is not
     the workload's failure."""
-    target = condition(pod, DISRUPTION_TARGET)
-    return is_terminating(pod) and target is not None and target.get("status") == "True"
+    return is_terminating(pod) and condition_true(pod, DISRUPTION_TARGET)
 
 
 def _why(pod: Mapping[str, Any]) -> str:
-    target = condition(pod, DISRUPTION_TARGET)
-    if target is not None and target.get("status") == "True" and target.get("reason"):
-        return str(target["reason"])
+    reason = (condition(pod, DISRUPTION_TARGET) or {}).get("reason")
+    if condition_true(pod, DISRUPTION_TARGET) and reason:
+        return str(reason)
     status = pod.get("status") or {}
     reason = str(status.get("reason") or "")
     message = " ".join(str(status.get("message") or "").split())
@@ -73,7 +80,7 @@ def evictions(replicas: int, v: JobView, observed: Observed) -> tuple[Eviction, 
     for pod, launcher in pods:
         if not is_evicted(pod):
             continue
-        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        node = node_name(pod)
         out.append(
             Eviction(
                 pod=str((pod.get("metadata") or {}).get("name", "")),
@@ -98,8 +105,5 @@ def describe(evicted: tuple[Eviction, ...], replicas: int) -> str:
     heads = [f"{len(workers)}/{replicas} workers are evicted"] if workers else []
     if len(workers) < len(evicted):
         heads.append("the launcher is evicted")
-    shown = "; ".join(_one(e) for e in evicted[:MAX_PODS_NAMED])
-    more = len(evicted) - MAX_PODS_NAMED
-    if more > 0:
-        shown += f"; and {more} more"
+    shown = listed([_one(e) for e in evicted], sep="; ")
     return f"{' and '.join(heads)}: {shown}. They are being replaced."

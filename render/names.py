@@ -129,3 +129,12 @@ def path_key(key: object) -> str:
     if isinstance(key, str) and len(key) <= 253 and _PLAIN_KEY.match(key):
         return key
     return json.dumps(key if isinstance(key, str) else repr(key))[:300]
+
+
+MAX_NAMED = 8  # names a status message lists before "and N more"
+
+
+def listed(items: tuple[str, ...] | list[str], sep: str = ", ") -> str:
+    """At most MAX_NAMED items joined by ``sep``, then how many more there are."""
+    more = len(items) - MAX_NAMED
+    return sep.join(items[:MAX_NAMED]) + (f" and {more} more" if more > 0 else "")

@@ -25,11 +25,11 @@ import attrs
 from render import conditions as cond
 from render import failures
 from render.api import Config, MPIJob
-from render.observed import KIND_NODE, JobView, Observed, condition, is_terminating, phase
+from render.names import listed
+from render.observed import KIND_NODE, JobView, Observed, condition, is_terminating, node_name, phase
 from render.timeutil import add_seconds, parse_time
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
-MAX_PODS_NAMED = 8
 
 
 @attrs.frozen
@@ -44,8 +44,14 @@ class LostNode:
     out_of_service: bool
 
 
-def _node_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
+def _not_ready(observed: Observed, name: str) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """(the Node, its Ready condition) when ``observed`` holds the node and it is not Ready; None when it
+    is not given, new (no Ready condition yet), or fine."""
+    node = observed.get(KIND_NODE, name) if name else None
+    ready = condition(node, "Ready") if node is not None else None
+    if node is None or ready is None or ready.get("status") == "True":
+        return None
+    return node, ready
 
 
 def _out_of_service(node: Mapping[str, Any]) -> bool:
@@ -61,15 +67,15 @@ def lost_nodes(replicas: int, v: JobView, observed: Observed) -> tuple[LostNode,
     held: dict[str, list[str]] = {}
     pods = [p for i, p in sorted(v.workers.items()) if i < replicas] + list(v.launcher_pods)
     for pod in pods:
-        bound = _node_of(pod)
+        bound = node_name(pod)
         if bound and phase(pod) not in ("Succeeded", "Failed"):
             held.setdefault(bound, []).append(str((pod.get("metadata") or {}).get("name", "")))
     out = []
     for name in sorted(held):
-        node = observed.get(KIND_NODE, name)
-        ready = condition(node, "Ready") if node is not None else None
-        if node is None or ready is None or ready.get("status") == "True":
-            continue  # not given, or new (no Ready condition yet), or fine
+        found = _not_ready(observed, name)
+        if found is None:
+            continue
+        node, ready = found
         out.append(
             LostNode(
                 name=name,
@@ -83,12 +89,6 @@ def lost_nodes(replicas: int, v: JobView, observed: Observed) -> tuple[LostNode,
     return tuple(out)
 
 
-def _pods(names: tuple[str, ...]) -> str:
-    shown = ", ".join(names[:MAX_PODS_NAMED])
-    more = len(names) - MAX_PODS_NAMED
-    return shown + (f" and {more} more" if more > 0 else "")
-
-
 def describe(lost: tuple[LostNode, ...], force_after: int = 0) -> str:
     """One sentence per node: which, since when, why, the pods held there and what unblocks them;
     ``force_after``: Config.force_delete_lost_workers_after."""
@@ -97,7 +97,7 @@ def describe(lost: tuple[LostNode, ...], force_after: int = 0) -> str:
         state = "NotReady" if n.status == "False" else "not reporting (Ready Unknown)"
         since = f" since {n.since}" if n.since else ""
         why = f" ({n.reason})" if n.reason else ""
-        pods = _pods(n.pods)
+        pods = listed(n.pods)
         sentence = f"Node {n.name} is {state}{since}{why} and holds pod(s) {pods}."
         if n.out_of_service:
             sentence += f" It is tainted {OUT_OF_SERVICE}: its pods are being deleted, then replaced."
@@ -116,13 +116,10 @@ def describe(lost: tuple[LostNode, ...], force_after: int = 0) -> str:
     return " ".join(parts)
 
 
-def _lost_since(observed: Observed, node_name: str) -> datetime | None:
+def _lost_since(observed: Observed, name: str) -> datetime | None:
     """When the node stopped being Ready, if it is in ``observed`` and not Ready."""
-    node = observed.get(KIND_NODE, node_name) if node_name else None
-    ready = condition(node, "Ready") if node is not None else None
-    if ready is None or ready.get("status") == "True":
-        return None
-    return parse_time(ready.get("lastTransitionTime"))
+    found = _not_ready(observed, name)
+    return parse_time(found[1].get("lastTransitionTime")) if found is not None else None
 
 
 def _force_moments(
@@ -139,7 +136,7 @@ def _force_moments(
     for pod in failures.worker_pods(job, observed).values():
         if finished and not is_terminating(pod):
             continue
-        since = _lost_since(observed, _node_of(pod))
+        since = _lost_since(observed, node_name(pod))
         if since is not None:
             out.append((add_seconds(since, after), pod))
     return out

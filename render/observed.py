@@ -203,6 +203,11 @@ def is_pod_ready(pod: Mapping[str, Any]) -> bool:
     return phase(pod) == "Running" and condition_true(pod, "Ready")
 
 
+def node_name(pod: Mapping[str, Any]) -> str:
+    """The node a pod is bound to, "" before it is scheduled."""
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
 def is_terminating(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 

@@ -331,10 +331,7 @@ def _running_or_restarting(
     replicas = job.worker_replicas
     workers = {i: p for i, p in v.workers.items() if i < replicas}
     evicted = evictions.evictions(replicas, v, observed)
-    gone = {e.pod for e in evicted}
-    failed = sorted(
-        i for i, p in workers.items() if phase(p) == "Failed" and names.worker_name(job.name, i) not in gone
-    )
+    failed = sorted(i for i, p in workers.items() if phase(p) == "Failed" and not evictions.is_evicted(p))
     running_launchers = [p for p in v.launcher_pods if phase(p) == "Running"]
     failed_launchers = [p for p in v.launcher_pods if phase(p) == "Failed"]
     if evicted:

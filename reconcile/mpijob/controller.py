@@ -468,8 +468,8 @@ class Controller:
         if self.priority_classes is not None:
             add(self.priority_classes.store.list())
         if self.nodes is not None:
-            bound = {str((o.get("spec") or {}).get("nodeName") or "") for o in out if o.get("kind") == "Pod"}
-            add(n for n in map(self.nodes.store.get, sorted(bound - {""})) if n is not None)
+            bound = {node for o in out if o.get("kind") == "Pod" for node in node_name_index(o)}
+            add(n for n in map(self.nodes.store.get, sorted(bound)) if n is not None)
         return out
 
     def wanted(self, job: Any) -> list[tuple[Resource, str]]:

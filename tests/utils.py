@@ -1,6 +1,7 @@
 """Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files).
 
 * ``wait_for``: the one poll-until-true loop;
+* ``Polling``: the one background poll (a step every 0.2 s while a block runs);
 * ``pi_job``: the one pi MPIJob builder, derived from ``examples/pi.yaml``;
 * ``PODGROUP_CRDS``: the one source of the PodGroup CRDs (``tests/crds/``);
 * ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions.
@@ -9,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +60,31 @@ def wait_for(
         time.sleep(interval)
     detail = f"\n{describe()}" if describe is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{detail}")
+
+
+class Polling:
+    """Calls ``step`` every ``interval`` seconds in a thread while the ``with`` block runs: for what
+    lasts too briefly to be caught between a test's own steps. ``step`` handles its own errors."""
+
+    def __init__(self, step: Callable[[], None], interval: float = 0.2) -> None:
+        self._step = step
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self._step()
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> Polling:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def not_found(exc: BaseException) -> bool:

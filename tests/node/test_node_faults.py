@@ -9,7 +9,6 @@ after its last heartbeat (`--node-monitor-grace-period=10s`; 50 s by default in 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +22,7 @@ from render.nodes import OUT_OF_SERVICE
 from tests.e2e.support import condition_is, conditions, kubectl, name_of, phase
 from tests.node.conftest import NODES, NodeE2E
 from tests.node.jobs import node_job, set_mpirun_args
-from tests.utils import wait_for
+from tests.utils import Polling, wait_for
 
 pytestmark = pytest.mark.l4
 
@@ -199,20 +198,17 @@ def test_a_worker_killed_for_memory_says_oomkilled_with_its_pod_and_container(no
     assert "(OOMKilled)" in failed["message"], failed
 
 
-class StateLog:
+class StateLog(Polling):
     """The MPIJob's state (its True Running, Restarting, Succeeded or Failed condition, with reason and
     message) each time it changes, polled in the background: Restarting lasts seconds."""
 
     def __init__(self, e2e: NodeE2E, name: str) -> None:
         self.seen: list[tuple[str, str, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, args=(e2e, name), daemon=True)
-        self._thread.start()
+        super().__init__(lambda: self._poll(e2e, name))
 
     def _poll(self, e2e: NodeE2E, name: str) -> None:
-        while not self._stop.wait(0.2):
-            with contextlib.suppress(Exception):
-                self.record(e2e.get(name))
+        with contextlib.suppress(Exception):
+            self.record(e2e.get(name))
 
     def record(self, job: dict[str, Any]) -> None:
         for ctype in ("Succeeded", "Failed", "Restarting", "Running"):
@@ -222,13 +218,6 @@ class StateLog:
                 if not self.seen or self.seen[-1] != state:
                     self.seen.append(state)
                 return
-
-    def stop(self, last: dict[str, Any]) -> list[tuple[str, str, str]]:
-        """The states seen, ending with ``last``'s."""
-        self._stop.set()
-        self._thread.join(5)
-        self.record(last)
-        return self.seen
 
 
 def launcher_node(e2e: NodeE2E, name: str) -> str:
@@ -250,13 +239,19 @@ def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
     start_running(node_e2e, name)
     target = DRAINED[drained](node_e2e, name)
     held = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name) if p["spec"]["nodeName"] == target}
-    states = StateLog(node_e2e, name)
     began = time.monotonic()
-    kubectl(
-        node_e2e.cluster, "drain", target, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"
-    )
-    job = node_e2e.wait_finished(name, 240)
-    seen = states.stop(job)
+    with StateLog(node_e2e, name) as states:
+        kubectl(
+            node_e2e.cluster,
+            "drain",
+            target,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=120s",
+        )
+        job = node_e2e.wait_finished(name, 240)
+    states.record(job)  # the poll may have stopped before it saw the end
+    seen = states.seen
     assert condition_is(job, "Succeeded"), node_e2e.describe(name)
     for pod in node_e2e.pods(name):
         assert pod["metadata"]["uid"] not in held.values(), pod["metadata"]

@@ -5,8 +5,6 @@ phases this test computes itself from the MPIJob's conditions and the pods' cont
 from __future__ import annotations
 
 import re
-import threading
-import time
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +15,7 @@ from render.timeutil import parse_time
 from tests.e2e.support import condition_is, name_of
 from tests.node.conftest import NodeE2E
 from tests.node.jobs import node_job
+from tests.utils import Polling
 
 pytestmark = pytest.mark.l4
 
@@ -41,28 +40,17 @@ def histograms(op: OperatorRunner) -> dict[tuple[str, str], tuple[float, float]]
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-class PodRecorder:
+class PodRecorder(Polling):
     """Every pod of the namespace as last seen, kept after the pod is deleted (cleanPodPolicy)."""
 
     def __init__(self, e2e: NodeE2E) -> None:
         self.e2e = e2e
         self.seen: dict[str, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(self._record)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for pod in self.e2e.list_pods():
-                self.seen[name_of(pod)] = pod
-            time.sleep(0.2)
-
-    def __enter__(self) -> PodRecorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _record(self) -> None:
+        for pod in self.e2e.list_pods():
+            self.seen[name_of(pod)] = pod
 
 
 def started(pod: dict[str, Any]) -> datetime:

@@ -17,7 +17,7 @@ import pytest
 
 from localcluster.nodes import node_ready
 from localcluster.sandbox import seal
-from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE
+from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE, WORKER_FAILURES_ANNOTATION
 from render.nodes import OUT_OF_SERVICE
 from tests.e2e.support import condition_is, conditions, kubectl, name_of, phase
 from tests.node.conftest import NODES, NodeE2E
@@ -256,6 +256,8 @@ def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
     for pod in node_e2e.pods(name):
         assert pod["metadata"]["uid"] not in held.values(), pod["metadata"]
         assert pod["spec"].get("nodeName") != target, (name_of(pod), pod["spec"].get("nodeName"))
+        # an eviction is no worker failure: no replacement carries a failure count
+        assert WORKER_FAILURES_ANNOTATION not in (pod["metadata"].get("annotations") or {}), pod["metadata"]
     kinds = [s[0] for s in seen]
     restarting = [s for s in seen if s[0] == "Restarting"]
     assert restarting and restarting[0][1] == "MPIJobEvicted", seen

@@ -33,6 +33,10 @@ STATE_FILE = "state.json"
 ADVERTISE_ADDRESS = "203.0.113.1"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
+# Kubernetes' own gang scheduling (the Workload API, alpha in 1.35): on in every local cluster, so
+# --gang-scheduling=kubernetes meets a real kube-scheduler that enforces it.
+WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true"
+WORKLOAD_RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1alpha1=true"
 
 
 AUDIT_POLICY = """\
@@ -365,6 +369,8 @@ class LocalCluster:
             "--profiling=false",
             # kubectl logs/exec reach a kubelet by its node IP, not by a hostname the machine cannot resolve.
             "--kubelet-preferred-address-types=InternalIP",
+            WORKLOAD_GATES,
+            WORKLOAD_RUNTIME_CONFIG,
             *self.kubelet_client_flags,
         ]
         if self.spec.tier == "l1":
@@ -445,6 +451,7 @@ class LocalCluster:
                 *common,
                 f"--secure-port={self.ports['scheduler']}",
                 f"--cert-dir={self.work_dir / 'scheduler'}",
+                WORKLOAD_GATES,
             ],
         )
         insecure = ssl.create_default_context()

@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gang-scheduling",
         default="",
-        help='"volcano", or a scheduler-plugins scheduler name; empty disables gang scheduling',
+        help='"kubernetes" (the Workload API of Kubernetes\' own scheduler), "volcano", or a '
+        "scheduler-plugins scheduler name; empty disables gang scheduling",
     )
     p.add_argument("--cluster-domain", default="", help="appended to the FQDNs in the hostfile")
     _bool(

@@ -17,23 +17,26 @@ import uuid
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import render
 from reconcile import flags
 from reconcile.mpijob.controller import Controller
 from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime import logs, procmem
 from reconcile.runtime.events import BackgroundEventRecorder
 from reconcile.runtime.fence import Fence
 from reconcile.runtime.health import DEFAULT_PORT, HealthServer
 from reconcile.runtime.kube import MPIJOB, ApiError, Kube, api_client
 from reconcile.runtime.leader import LeaderElector
+from render import names
 from render.bounds import CLUSTER_DOMAIN_MAX
 
 log = logging.getLogger("mpijob-operator")
 
 API_VERSION = "v2"
+T = TypeVar("T")
 
 
 def version_text() -> str:
@@ -77,11 +80,10 @@ def check_crd(
     """Wait until MPIJobs can be listed. StartupError (one line, exit 1) only when the CRD is missing (as
     upstream: NotFound); any other error (5xx, 429, 401/403 of an API server still starting, connection
     errors) is retried with back-off and counted. False if ``stop`` was set first."""
-    failures = 0
-    while stop is None or not stop.is_set():
+
+    def attempt() -> bool:
         try:
             kube.list(MPIJOB, namespace or None, limit=1)
-            return True
         except ApiError as err:
             if err.status == 404:
                 raise StartupError(
@@ -89,6 +91,28 @@ def check_crd(
                     "apply deploy/crd/ first",
                     error=str(err),
                 ) from err
+            raise
+        return True
+
+    return _retried("cannot list MPIJobs yet, retrying", attempt, on_error, stop, backoff) is not None
+
+
+def _retried(
+    what: str,
+    attempt: Callable[[], T],
+    on_error: Callable[[str], None],
+    stop: threading.Event | None,
+    backoff: tuple[float, float],
+) -> T | None:
+    """``attempt()`` until it answers; errors other than StartupError are retried with back-off and
+    counted. None if ``stop`` was set first."""
+    failures = 0
+    while stop is None or not stop.is_set():
+        try:
+            return attempt()
+        except StartupError:
+            raise
+        except ApiError as err:
             code, error = str(err.status), str(err)
         except Exception as err:  # connection refused, reset, TLS, timeout
             code, error = "error", _short(err)
@@ -96,14 +120,13 @@ def check_crd(
         on_error(code)
         delay = min(backoff[1], backoff[0] * 2 ** (failures - 1)) * random.uniform(1.0, 1.5)
         log.warning(
-            "cannot list MPIJobs yet, retrying",
-            extra={"code": code, "error": error, "failures": failures, "retry_in": round(delay, 2)},
+            what, extra={"code": code, "error": error, "failures": failures, "retry_in": round(delay, 2)}
         )
         if stop is not None:
             stop.wait(delay)
         else:
             time.sleep(delay)
-    return False
+    return None
 
 
 def _short(err: BaseException) -> str:
@@ -250,6 +273,28 @@ def run(args: argparse.Namespace) -> int:
         log.info("stopped")
         return 0
 
+    workload_api = ""
+    if args.gang_scheduling == names.KUBERNETES_GANG:
+        served = _retried(
+            "cannot discover the Workload API yet, retrying",
+            lambda: served_workload_api(kube),
+            startup_error,
+            stop,
+            STARTUP_BACKOFF,
+        )
+        if served is None:
+            log.info("stopped")
+            return 0
+        workload_api = served
+        if workload_api:
+            log.info("gang scheduling through the Workload API", extra={"api_version": workload_api})
+        else:
+            log.warning(
+                "gang scheduling is not possible: the API server serves no Workload API; MPIJobs are "
+                "scheduled one pod at a time and say so in their GangScheduled condition",
+                extra={"looked_for": ", ".join(names.WORKLOAD_API_VERSIONS)},
+            )
+
     recorder = BackgroundEventRecorder(kube, host=host)
     controller = Controllers(
         [
@@ -258,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
                 render.Config(
                     cluster_domain=args.cluster_domain,
                     gang_scheduling=args.gang_scheduling,
+                    workload_api=workload_api,
                     force_delete_lost_workers_after=args.force_delete_lost_workers_after,
                 ),
                 metrics=metrics,

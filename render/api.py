@@ -14,7 +14,10 @@ class Config:
     """Operator configuration that changes what render produces."""
 
     cluster_domain: str = ""  # --cluster-domain; "" keeps upstream's short `.svc` FQDNs in the hostfile
-    gang_scheduling: str = ""  # "" | "volcano" | a scheduler-plugins scheduler name
+    gang_scheduling: str = ""  # "" | "volcano" | "kubernetes" | a scheduler-plugins scheduler name
+    # With "kubernetes": the Workload API version the API server serves (names.WORKLOAD_API_VERSIONS),
+    # "" when it serves none (the job then says it is not gang scheduled).
+    workload_api: str = ""
     # --force-delete-lost-workers-after: seconds a node holding workers is not Ready before they are
     # force-deleted (render/nodes.py); 0: never
     force_delete_lost_workers_after: int = 0

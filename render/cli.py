@@ -76,7 +76,18 @@ def _parser(prog: str = "mpijob render") -> argparse.ArgumentParser:
     p.add_argument("--now", help="RFC 3339 time render and status see (default: the current time)")
     p.add_argument("--ssh-key", help="PEM ECDSA private key to use when no live SSH Secret exists")
     p.add_argument("--cluster-domain", default="", help="cluster domain appended to host names")
-    p.add_argument("--gang-scheduling", default="", help='"volcano" or a scheduler-plugins scheduler name')
+    p.add_argument(
+        "--gang-scheduling",
+        default="",
+        help='"kubernetes" (the Workload API), "volcano" or a scheduler-plugins scheduler name',
+    )
+    p.add_argument(
+        "--workload-api",
+        default=names.WORKLOAD_API_VERSIONS[0],
+        metavar="GROUP/VERSION",
+        help="with --gang-scheduling=kubernetes: the Workload API version the cluster serves, as the "
+        f'operator discovers it (default {names.WORKLOAD_API_VERSIONS[0]}; "" for none)',
+    )
     p.add_argument(
         "--force-delete-lost-workers-after",
         type=int,
@@ -403,12 +414,18 @@ def _settings(args: argparse.Namespace) -> tuple[datetime, SSHKey, Config]:
         )
     if args.force_delete_lost_workers_after < 0:
         raise ValidationError([FieldError("--force-delete-lost-workers-after", "must be >= 0 (0: never)")])
+    if args.workload_api and args.workload_api not in names.WORKLOAD_API_VERSIONS:
+        known = ", ".join(names.WORKLOAD_API_VERSIONS)
+        raise ValidationError(
+            [FieldError("--workload-api", f"Unsupported value: {args.workload_api!r}: {known}")]
+        )
     return (
         now,
         key,
         Config(
             cluster_domain=args.cluster_domain,
             gang_scheduling=args.gang_scheduling,
+            workload_api=args.workload_api if args.gang_scheduling == names.KUBERNETES_GANG else "",
             force_delete_lost_workers_after=args.force_delete_lost_workers_after,
         ),
     )

@@ -9,6 +9,7 @@ from typing import Any
 from render import conditions as cond
 from render import failures, names
 from render.api import Config, MPIJob
+from render.children import workload as wl
 from render.children.configmap import configmap
 from render.children.launcher import launcher_job
 from render.children.podgroup import podgroup
@@ -18,6 +19,7 @@ from render.children.workers import worker_pods
 from render.errors import FieldError, ValidationError
 from render.observed import (
     KIND_CONFIGMAP,
+    KIND_WORKLOAD,
     Observed,
     WorkerFailure,
     is_controlled_by,
@@ -31,7 +33,8 @@ from render.status import OPERATOR_FAILURES, status, wanted_names
 
 
 def render(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Config) -> list[dict[str, Any]]:
-    """Children in wire form, in a stable order: Service, ConfigMap, Secret, PodGroup, workers, launcher Job.
+    """Children in wire form, in a stable order: Service, ConfigMap, Secret, PodGroup or Workload, workers,
+    launcher Job.
 
     The status that decides cleanup and the launcher's suspension is computed here with status(), so the
     result does not depend on whether the caller wrote the status first (status() is idempotent).
@@ -70,7 +73,13 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
     data = secret_data(v.ssh_secret, observed.fresh_ssh_key)
     if data is not None:
         out.append(ssh_secret(job, data))
-    if config.gang_scheduling and active:
+    if config.gang_scheduling == names.KUBERNETES_GANG:
+        if active and wl.wanted(job, config):
+            desired = wl.workload(job, config)
+            live = observed.get(KIND_WORKLOAD, job.name)
+            if live is None or not is_controlled_by(live, job.uid) or not wl.outdated(live, desired):
+                out.append(desired)
+    elif config.gang_scheduling and active:
         out.append(podgroup(job, config, lambda pc: _priority(observed, pc)))
 
     # A foreign object holds a wanted name before the job started: start nothing (and stop what an

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from render import conditions as cond
+from render import gang
 from render import phases as ph
 from render.api import MPIJob
 from render.errors import ValidationError
@@ -30,11 +31,14 @@ _EVENT_TYPE = {
     (cond.FAILED, cond.TRUE): WARNING,
     (cond.NODE_UNAVAILABLE, cond.TRUE): WARNING,  # NodeNotReady, NodeOutOfService
     (cond.NODE_UNAVAILABLE, cond.FALSE): NORMAL,  # NodesReady, MPIJobFinished
+    (gang.GANG_SCHEDULED, cond.FALSE): WARNING,  # GangSchedulingUnavailable, GangUnschedulable
+    (gang.GANG_SCHEDULED, cond.TRUE): NORMAL,
 }
 _ORDER = (
     cond.CREATED,
     cond.SUSPENDED,
     cond.NODE_UNAVAILABLE,
+    gang.GANG_SCHEDULED,
     cond.RESTARTING,
     cond.RUNNING,
     cond.SUCCEEDED,

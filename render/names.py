@@ -44,6 +44,14 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 SCHED_PLUGINS_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 SCHED_PLUGINS_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+# --gang-scheduling=kubernetes: Kubernetes' own scheduler through the Workload API, in the versions render
+# knows, newest first (the operator renders the newest one the API server serves).
+KUBERNETES_GANG = "kubernetes"
+WORKLOAD_GROUP = "scheduling.k8s.io"
+WORKLOAD_API_VERSIONS = (f"{WORKLOAD_GROUP}/v1alpha1",)
+# The Workload's one pod group: the workers (the launcher is never a member, so WaitForWorkersReady
+# cannot deadlock the gang).
+WORKLOAD_POD_GROUP = "workers"
 
 # The launcher's init container that waits for every host over SSH, and the annotation that sets its
 # timeout in seconds ("0" turns it off).

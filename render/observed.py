@@ -18,6 +18,7 @@ KIND_SECRET = "Secret"
 KIND_CONFIGMAP = "ConfigMap"
 KIND_SERVICE = "Service"
 KIND_PODGROUP = "PodGroup"
+KIND_WORKLOAD = "Workload"
 KIND_PRIORITYCLASS = "PriorityClass"
 KIND_NODE = "Node"
 

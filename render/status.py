@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from render import childfields, evictions, failures, names, nodes
+from render import childfields, evictions, failures, gang, names, nodes
 from render import conditions as cond
 from render.api import Config, MPIJob, managed_externally
+from render.children import workload
 from render.errors import ValidationError
 from render.jsonutil import clone
 from render.observed import (
@@ -15,6 +16,7 @@ from render.observed import (
     KIND_PODGROUP,
     KIND_SECRET,
     KIND_SERVICE,
+    KIND_WORKLOAD,
     JobView,
     Observed,
     WorkerFailure,
@@ -67,8 +69,11 @@ def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
         ("Secret", names.ssh_secret_name(job.name)),
         ("Job", names.launcher_name(job.name)),
     ]
-    if config.gang_scheduling:
-        wanted.append(("PodGroup", job.name))
+    if config.gang_scheduling == names.KUBERNETES_GANG:
+        if workload.enabled(config):
+            wanted.append((KIND_WORKLOAD, job.name))
+    elif config.gang_scheduling:
+        wanted.append((KIND_PODGROUP, job.name))
     wanted += [("Pod", names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
     return wanted
 
@@ -91,7 +96,12 @@ def children_created(job: MPIJob, config: Config, observed: Observed, v: JobView
         (KIND_CONFIGMAP, names.config_name(job.name)),
         (KIND_SECRET, names.ssh_secret_name(job.name)),
     ]
-    if config.gang_scheduling and not job.suspended:  # a suspended job has no PodGroup (as upstream)
+    if job.suspended:  # a suspended job has no PodGroup (as upstream) or Workload
+        pass
+    elif config.gang_scheduling == names.KUBERNETES_GANG:
+        if workload.wanted(job, config):
+            wanted.append((KIND_WORKLOAD, job.name))
+    elif config.gang_scheduling:
         wanted.append((KIND_PODGROUP, job.name))
     for kind, name in wanted:
         obj = observed.get(kind, name)
@@ -237,6 +247,8 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         ):
             conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
 
+    if not job.suspended and not cond.is_finished(conds):
+        gang.gang_condition(job, v, observed, config, conds, setc)
     conds = _node_condition(job, v, observed, config, conds, now)
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.

@@ -44,7 +44,7 @@ Obj = dict[str, Any]
 # Spec paths render reads of a live child (render/observed.py, render/core.py, reconcile/mpijob/syncstate.py).
 RENDER_SPEC_READS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("batch", "Job"): ("spec.suspend",),
-    ("", "Pod"): ("spec.nodeName",),
+    ("", "Pod"): ("spec.nodeName", "spec.workloadRef"),
 }
 OWNER: Final = ("kubeflow.org", "MPIJob")
 
@@ -139,6 +139,7 @@ _JOB_STATUS: Final = ("conditions", "startTime", "completionTime", "active", "su
 _POD_CONDITION: Final[Mapping[Any, tuple[str, ...]]] = {
     "Ready": ("type", "status", "lastTransitionTime"),
     "DisruptionTarget": ("type", "status", "reason"),
+    "PodScheduled": ("type", "status", "reason", "message"),
 }
 
 

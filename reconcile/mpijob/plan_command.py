@@ -25,7 +25,8 @@ import render
 from reconcile.engine import managedfields
 from reconcile.mpijob.decide import Action, decide, needs_fresh_key
 from reconcile.mpijob.memory import JobMemory
-from reconcile.mpijob.policy import CHILD_SELECTOR, podgroup_resource
+from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resource
+from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.informer import controller_ref
 from reconcile.runtime.kube import (
     CONFIGMAP,
@@ -81,7 +82,7 @@ def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str,
     """What the operator's caches hold for the job: its children, its launcher's pods, any object holding
     a name it wants, and PriorityClasses with gang scheduling."""
     resources = [POD, SERVICE, CONFIGMAP, SECRET, JOB]
-    pg = podgroup_resource(config.gang_scheduling)
+    pg = gang_resource(config)
     if pg is not None:
         resources.append(pg)
     listed = {res: kube.list(res, job.namespace, labelSelector=CHILD_SELECTOR)["items"] for res in resources}
@@ -150,7 +151,11 @@ def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
         client = api_client(args.kubeconfig, "")
         default_ns = args.namespace or _context_namespace(args.kubeconfig) or "default"
         kube = Kube(client, qps=0)
-        config = render.Config(cluster_domain=args.cluster_domain, gang_scheduling=args.gang_scheduling)
+        config = render.Config(
+            cluster_domain=args.cluster_domain,
+            gang_scheduling=args.gang_scheduling,
+            workload_api=served_workload_api(kube) if args.gang_scheduling == names.KUBERNETES_GANG else "",
+        )
         reports = []
         for namespace, name in targets:
             mpijob = kube.get(MPIJOB, namespace or default_ns, name)

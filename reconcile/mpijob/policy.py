@@ -3,16 +3,18 @@
 DESIGN §3.4 in Kubernetes' own rules for the kinds we render: Pods and the SSH Secret create-only
 (labels and annotations may change); the launcher Job takes only ``suspend`` and, while suspended and
 not started, the scheduling directives; ConfigMap, Service (knowing its server defaults) and both
-PodGroup kinds patched in place; creates in dependency order, deletes in the reverse one.
+PodGroup kinds patched in place; the Workload create-only; creates in dependency order, deletes in the
+reverse one.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+import render
 from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
-from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, Resource
+from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, Resource, resource_for
 from render import names
 
 FIELD_MANAGER: Final = "mpijob-operator"
@@ -24,6 +26,8 @@ POLICY: Final = Policy(
         ("", "Service"): SERVICE_POLICY,
         ("scheduling.volcano.sh", "PodGroup"): PATCH,
         ("scheduling.x-k8s.io", "PodGroup"): PATCH,
+        # its pod groups are immutable: render leaves an outdated one out, and it comes back as desired
+        (names.WORKLOAD_GROUP, "Workload"): CREATE_ONLY,
         ("", "Pod"): CREATE_ONLY,
         ("", "Secret"): CREATE_ONLY,
         ("batch", "Job"): JOB_POLICY,
@@ -36,6 +40,7 @@ POLICY: Final = Policy(
         "ConfigMap",
         "Secret",
         "PodGroup",
+        "Workload",
         "Pod",
         "Job",
     ),
@@ -54,7 +59,18 @@ CREATE_RULES: Final = CreateRules(
     none_while_conflicts=True,
     concurrency=16,
     together=(
-        frozenset({"ServiceAccount", "Role", "RoleBinding", "Service", "ConfigMap", "Secret", "PodGroup"}),
+        frozenset(
+            {
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "Service",
+                "ConfigMap",
+                "Secret",
+                "PodGroup",
+                "Workload",
+            }
+        ),
     ),
 )
 
@@ -63,7 +79,10 @@ CREATE_RULES: Final = CreateRules(
 CHILD_SELECTOR: Final = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 
 
-def podgroup_resource(gang_scheduling: str) -> Resource | None:
-    if not gang_scheduling:
+def gang_resource(config: render.Config) -> Resource | None:
+    """The kind of the job's gang-scheduling child: a PodGroup, or the Workload of the served version."""
+    if config.gang_scheduling == names.KUBERNETES_GANG:
+        return resource_for(config.workload_api, "Workload") if config.workload_api else None
+    if not config.gang_scheduling:
         return None
-    return VOLCANO_PODGROUP if gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP
+    return VOLCANO_PODGROUP if config.gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP

@@ -85,6 +85,7 @@ NODE = Resource("v1", "Node", "nodes", namespaced=False)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+WORKLOAD_V1ALPHA1 = Resource("scheduling.k8s.io/v1alpha1", "Workload", "workloads")
 
 # For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
 CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
@@ -101,6 +102,7 @@ KNOWN = (
     PRIORITY_CLASS,
     VOLCANO_PODGROUP,
     SCHED_PLUGINS_PODGROUP,
+    WORKLOAD_V1ALPHA1,
 )
 _BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
 _KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}

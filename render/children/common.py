@@ -6,6 +6,7 @@ from typing import Any
 
 from render import names
 from render.api import Config, MPIJob
+from render.children import workload
 from render.jsonutil import clone
 
 
@@ -62,9 +63,20 @@ def decorate_pod_spec(job: MPIJob, spec: dict[str, Any], hostname: str, config: 
 
 
 def decorate_gang(
-    job: MPIJob, spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str], config: Config
+    job: MPIJob,
+    spec: dict[str, Any],
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    config: Config,
+    *,
+    worker: bool,
 ) -> None:
     if not config.gang_scheduling:
+        return
+    if config.gang_scheduling == names.KUBERNETES_GANG:
+        # Kubernetes' own scheduler: only workers join the gang; the launcher schedules as any pod.
+        if worker and workload.wanted(job, config):
+            spec["workloadRef"] = workload.pod_reference(job)
         return
     if config.gang_scheduling == names.VOLCANO:
         spec["schedulerName"] = names.VOLCANO

@@ -75,7 +75,7 @@ def launcher_pod_template(job: MPIJob, config: Config) -> dict[str, Any]:
     if gate is not None:
         # Last, so mpirun starts right after it: user init containers may take long (data, caches).
         spec.setdefault("initContainers", []).append(gate)
-    decorate_gang(job, spec, labels, annotations, config)
+    decorate_gang(job, spec, labels, annotations, config, worker=False)
     meta: dict[str, Any] = {"labels": labels}
     if annotations:
         meta["annotations"] = annotations

@@ -30,7 +30,7 @@ def worker_pod(job: MPIJob, index: int, config: Config) -> dict[str, Any]:
         # A container that fails without writing a termination message gets its log's tail there, so
         # the job's Failed condition can quote it without the operator reading logs.
         c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
-    decorate_gang(job, spec, labels, annotations, config)
+    decorate_gang(job, spec, labels, annotations, config, worker=True)
     meta = object_meta(job, name, labels)
     if annotations:
         meta["annotations"] = annotations

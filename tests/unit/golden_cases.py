@@ -30,6 +30,7 @@ def load_case(case: str) -> tuple[object, list[dict], Config, str]:
     config = Config(
         cluster_domain=cfg.get("cluster_domain", ""),
         gang_scheduling=cfg.get("gang_scheduling", ""),
+        workload_api=cfg.get("workload_api", ""),
         force_delete_lost_workers_after=int(cfg.get("force_delete_lost_workers_after", 0)),
     )
     return mpijob, objects, config, str(cfg.get("now", DEFAULT_NOW))

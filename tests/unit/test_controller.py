@@ -22,11 +22,11 @@ from tests.unit.fakes import FakeKube, NoKube
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def controller(kube=None, gang: str = "") -> Controller:
+def controller(kube=None, gang: str = "", workload_api: str = "") -> Controller:
     kube = kube or NoKube()
     return Controller(
         kube,
-        render.Config(gang_scheduling=gang),
+        render.Config(gang_scheduling=gang, workload_api=workload_api),
         metrics=Metrics(),
         recorder=EventRecorder(kube),
         now=lambda: NOW,
@@ -113,6 +113,18 @@ def test_gang_scheduling_adds_podgroup_and_priorityclass_informers():
     assert c.podgroup_res.api_version == "scheduling.volcano.sh/v1beta1"
     assert c.priority_classes is not None
     assert controller(gang="sp-scheduler").podgroup_res.api_version == "scheduling.x-k8s.io/v1alpha1"
+
+
+def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone():
+    c = controller(gang="kubernetes", workload_api="scheduling.k8s.io/v1alpha1")
+    assert c.podgroup_res is not None and c.podgroup_res.api_version == "scheduling.k8s.io/v1alpha1"
+    assert c.podgroup_res.kind == "Workload" and c.priority_classes is None
+    job = minimal_job()
+    assert (c.podgroup_res, job.name) in c.wanted(job)
+    # nothing served: no Workload informer, and no Workload name to look up
+    unserved = controller(gang="kubernetes")
+    assert unserved.podgroup_res is None
+    assert all(res.kind != "Workload" for res, _ in unserved.wanted(job))
 
 
 def minimal_job():

@@ -501,6 +501,7 @@ OPERATOR_GRANTS = {
     ("", "events"): {"create", "patch"},
     ("scheduling.volcano.sh", "podgroups"): CRUD,
     ("scheduling.x-k8s.io", "podgroups"): CRUD,
+    ("scheduling.k8s.io", "workloads"): CRUD,
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("", "nodes"): {"list", "watch"},
 }

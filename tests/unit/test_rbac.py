@@ -46,12 +46,12 @@ def _controllers() -> list[Controller]:
     return [
         Controller(
             NoKube(),
-            render.Config(gang_scheduling=g),
+            render.Config(gang_scheduling=g, workload_api=kube.WORKLOAD_V1ALPHA1.api_version),
             metrics=Metrics(),
             recorder=EventRecorder(NoKube()),
             watch_nodes=True,
         )
-        for g in ("", "volcano", "scheduler-plugins-scheduler")
+        for g in ("", "volcano", "scheduler-plugins-scheduler", "kubernetes")
     ]
 
 

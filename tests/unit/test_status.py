@@ -309,6 +309,10 @@ GOLDEN_STATE = {
     "wait-for-workers-holding": "Created",
     "wait-for-workers-releasing": "Created",
     "wait-for-workers-resumed": "Created",
+    "workload-gang": None,  # nothing observed yet
+    "workload-scale-down": "Running",
+    "workload-unavailable": "Running",
+    "workload-unschedulable": "Created",
 }
 
 

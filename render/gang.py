@@ -1,0 +1,107 @@
+"""What the job's GangScheduled condition says with `--gang-scheduling=kubernetes`.
+
+The condition appears only when there is something to say, so a gang placed at once costs no write:
+* False, GangSchedulingUnavailable: the cluster cannot gang schedule (no Workload API served, or the API
+  server dropped the workers' reference), so the workers are scheduled one at a time;
+* False, GangUnschedulable: the scheduler cannot place the gang, in its own words (the pending workers'
+  PodScheduled condition);
+* True, GangScheduled: after that, every worker is placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from render import conditions as cond
+from render import names
+from render.api import Config, MPIJob
+from render.children import workload
+from render.observed import KIND_WORKLOAD, JobView, Observed, condition, is_controlled_by, node_name
+
+GANG_SCHEDULED = "GangScheduled"
+REASON_UNAVAILABLE = "GangSchedulingUnavailable"
+REASON_UNSCHEDULABLE = "GangUnschedulable"
+REASON_SCHEDULED = "GangScheduled"
+
+SetCondition = Callable[[str, str, str, str], None]
+
+
+def gang_condition(
+    job: MPIJob,
+    v: JobView,
+    observed: Observed,
+    config: Config,
+    conds: list[dict[str, Any]],
+    setc: SetCondition,
+) -> None:
+    """Sets GangScheduled on an active job (``setc`` as status' own setter)."""
+    if config.gang_scheduling != names.KUBERNETES_GANG or job.worker_replicas == 0:
+        return
+    ns_name = f"{job.namespace}/{job.name}"
+    workers = [p for i, p in sorted(v.workers.items()) if i < job.worker_replicas]
+    if not workload.enabled(config):
+        versions = ", ".join(names.WORKLOAD_API_VERSIONS)
+        setc(
+            GANG_SCHEDULED,
+            cond.FALSE,
+            REASON_UNAVAILABLE,
+            f"MPIJob {ns_name} is not gang scheduled: the API server serves no Workload API ({versions}); "
+            "its workers are scheduled one at a time.",
+        )
+        return
+    dropped = _dropped(job, workers, observed)
+    if dropped:
+        setc(
+            GANG_SCHEDULED,
+            cond.FALSE,
+            REASON_UNAVAILABLE,
+            f"MPIJob {ns_name} is not gang scheduled: the API server dropped spec.workloadRef from pod "
+            f"{dropped} (its GenericWorkload feature gate is off); its workers are scheduled one at a time.",
+        )
+        return
+    current = cond.find(conds, GANG_SCHEDULED)
+    if current is not None and current.get("reason") == REASON_UNAVAILABLE:
+        return
+    bound = [p for p in workers if node_name(p)]
+    stuck = [(p, c) for p in workers if not node_name(p) and (c := _unschedulable(p)) is not None]
+    if stuck:
+        pod, c = stuck[0]
+        name = (pod.get("metadata") or {}).get("name", "")
+        setc(
+            GANG_SCHEDULED,
+            cond.FALSE,
+            REASON_UNSCHEDULABLE,
+            f"The scheduler cannot place the gang of MPIJob {ns_name} (at least {workload.min_count(job)} of "
+            f"{job.worker_replicas} workers together; {len(bound)} placed): pod {name}: "
+            f"{str(c.get('message') or c.get('reason') or '').strip()}",
+        )
+    elif current is not None and len(bound) == job.worker_replicas:
+        setc(
+            GANG_SCHEDULED,
+            cond.TRUE,
+            REASON_SCHEDULED,
+            f"All {job.worker_replicas} workers of MPIJob {ns_name} are placed.",
+        )
+
+
+def _unschedulable(pod: dict[str, Any]) -> Any:
+    c = condition(pod, "PodScheduled")
+    if c is not None and c.get("status") == cond.FALSE and c.get("reason") == "Unschedulable":
+        return c
+    return None
+
+
+def _dropped(job: MPIJob, workers: list[dict[str, Any]], observed: Observed) -> str:
+    """The first worker created after the Workload yet without a reference: the API server removed it.
+    A worker older than the Workload came from before gang scheduling was on and proves nothing."""
+    live = observed.get(KIND_WORKLOAD, job.name)
+    if live is None or not is_controlled_by(live, job.uid):
+        return ""
+    since = str((live.get("metadata") or {}).get("creationTimestamp") or "")
+    for pod in workers:
+        meta = pod.get("metadata") or {}
+        created = str(meta.get("creationTimestamp") or "")
+        if since and created >= since and not (pod.get("spec") or {}).get("workloadRef"):
+            return str(meta.get("name", ""))
+    return ""

@@ -1,0 +1,135 @@
+"""L1: `--gang-scheduling=kubernetes` against a real API server, with and without the Workload API.
+
+The session's cluster serves `scheduling.k8s.io/v1alpha1` (localcluster turns its gates on); a cluster of
+this module's own turns the GenericWorkload gate off, as a cluster that never enabled it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import ClusterSpec, LocalCluster
+from localcluster.cluster import wait_for_crds
+from localcluster.operator import OperatorRunner
+from reconcile.runtime.kube import EVENT, JOB, MPIJOB, POD, WORKLOAD_V1ALPHA1, Kube
+from render.gang import GANG_SCHEDULED, REASON_UNAVAILABLE
+from tests.cluster.support import kubectl
+from tests.utils import pi_job, wait_for
+from tools.crdgen.build import CRD_PATH
+
+pytestmark = pytest.mark.l1
+
+REF = {"name": "pi", "podGroup": "workers"}
+
+
+def workers(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    pods = kube.list(POD, namespace, labelSelector="training.kubeflow.org/job-role=worker")["items"]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def min_count(workload: dict[str, Any]) -> int:
+    (group,) = workload["spec"]["podGroups"]
+    return int(group["policy"]["gang"]["minCount"])
+
+
+def set_workers(kube: Kube, namespace: str, count: int) -> None:
+    patch = {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": count}}}}
+    kube.patch(MPIJOB, namespace, "pi", patch)
+
+
+def test_the_workload_follows_the_worker_count(
+    kube: Kube, namespace: str, start_operator: Callable[..., OperatorRunner]
+) -> None:
+    start_operator("--gang-scheduling=kubernetes")
+    body = pi_job(workers=3)
+    body["metadata"]["namespace"] = namespace
+    kube.create(MPIJOB, namespace, body)
+    first = wait_for(lambda: kube.get(WORKLOAD_V1ALPHA1, namespace, "pi"), "the Workload")
+    assert min_count(first) == 3
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
+    assert [p["spec"].get("workloadRef") for p in pods] == [REF] * 3
+    launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "the launcher Job")
+    assert "workloadRef" not in launcher["spec"]["template"]["spec"]
+
+    # Fewer workers: the Workload's pod groups are immutable, so it is replaced (same name, new object);
+    # the workers that stay keep their reference and are not re-created.
+    kept = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods[:2]}
+    set_workers(kube, namespace, 2)
+
+    def replaced(count: int, old_uid: str) -> dict[str, Any] | None:
+        live = kube.get(WORKLOAD_V1ALPHA1, namespace, "pi")
+        return live if live["metadata"]["uid"] != old_uid and min_count(live) == count else None
+
+    second = wait_for(lambda: replaced(2, first["metadata"]["uid"]), "the Workload with minCount 2")
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in workers(kube, namespace)} == kept
+    set_workers(kube, namespace, 4)
+    wait_for(lambda: replaced(4, second["metadata"]["uid"]), "the Workload with minCount 4")
+    pods = wait_for(lambda: len(workers(kube, namespace)) == 4 and workers(kube, namespace), "4 workers")
+    assert [p["spec"].get("workloadRef") for p in pods] == [REF] * 4
+
+
+@pytest.fixture(scope="module")
+def no_workload_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    spec = ClusterSpec(
+        tier="l1", apiserver_args=("--feature-gates=GenericWorkload=false,GangScheduling=false",)
+    )
+    cluster = LocalCluster(spec, work_dir=tmp_path_factory.mktemp("no-workload-api"))
+    cluster.start()
+    try:
+        kubectl(cluster, "apply", "--server-side", "-f", str(CRD_PATH))
+        with cluster.api_client() as api:
+            wait_for_crds(api, ["mpijobs.kubeflow.org"])
+        kubectl(cluster, "create", "namespace", "jobs")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_no_workload_api_is_said_at_start_and_on_each_job(
+    no_workload_api: LocalCluster, tmp_path: Path
+) -> None:
+    cluster = no_workload_api
+    op = OperatorRunner(
+        cluster.kubeconfig,
+        tmp_path / "operator.log",
+        "--namespace=jobs",
+        "--lock-namespace=jobs",
+        "--gang-scheduling=kubernetes",
+        log_format="json",
+    )
+    op.start(timeout=40)
+    try:
+        with cluster.api_client() as api:
+            kube = Kube(api, qps=0)
+            body = pi_job()
+            body["metadata"]["namespace"] = "jobs"
+            kube.create(MPIJOB, "jobs", body)
+
+            def said() -> dict[str, Any] | None:
+                conds = (kube.get(MPIJOB, "jobs", "pi").get("status") or {}).get("conditions") or ()
+                return next((c for c in conds if c["type"] == GANG_SCHEDULED), None)
+
+            gang = wait_for(said, "the GangScheduled condition")
+            assert (gang["status"], gang["reason"]) == ("False", REASON_UNAVAILABLE), gang
+            assert "serves no Workload API" in gang["message"]
+            pods = wait_for(lambda: len(workers(kube, "jobs")) == 2 and workers(kube, "jobs"), "2 workers")
+            assert all("workloadRef" not in p["spec"] for p in pods)
+            warnings = wait_for(
+                lambda: [
+                    e
+                    for e in kube.list(EVENT, "jobs")["items"]
+                    if e.get("reason") == REASON_UNAVAILABLE and e.get("type") == "Warning"
+                ],
+                "the Warning event",
+            )
+            assert warnings[0]["involvedObject"]["name"] == "pi"
+        start_lines = [
+            line for line in op.log_tail(200_000).splitlines() if "gang scheduling is not possible" in line
+        ]
+        assert len(start_lines) == 1, op.log_tail()
+    finally:
+        op.stop()

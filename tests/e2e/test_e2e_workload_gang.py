@@ -1,0 +1,246 @@
+"""Gang tier: `--gang-scheduling=kubernetes` with the real kube-scheduler enforcing the Workload API (its
+GenericWorkload and GangScheduling gates are on in every local cluster).
+
+The jobs' workers run on two kwok nodes of 2 CPUs kept for this module (tainted, selected by label); a
+worker requests 1 CPU, so a gang of 3 needs more than half of the 4 CPUs. Placements are checked from
+every pod event of a watch (`Placements`), not from the end state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from localcluster import LocalCluster
+from localcluster.nodes import fake_node
+from localcluster.operator import OperatorRunner
+from reconcile.runtime.kube import NODE, POD, WORKLOAD_V1ALPHA1, ApiError, Kube
+from render.gang import GANG_SCHEDULED, REASON_UNSCHEDULABLE
+from tests.e2e.support import E2E, HOLD, JOB_NAME_LABEL, ROLE_LABEL, condition_is, conditions
+from tests.utils import pi_job
+
+pytestmark = [pytest.mark.l2, pytest.mark.gang]
+
+POOL = "mpijob.dev/pool"
+GANG_POOL = "gang"
+NODES = ("gang-0", "gang-1")
+WORKLOAD = WORKLOAD_V1ALPHA1  # the local cluster's Kubernetes minor serves this version
+
+
+@pytest.fixture(scope="module")
+def gang_nodes(e2e_cluster: LocalCluster) -> Iterator[tuple[str, ...]]:
+    taint = {"key": POOL, "value": GANG_POOL, "effect": "NoSchedule"}
+    cap = {"cpu": "2", "memory": "8Gi", "pods": "110"}
+    e2e_cluster.add_nodes([fake_node(n, cap, labels={POOL: GANG_POOL}, taints=[taint]) for n in NODES])
+    try:
+        yield NODES
+    finally:
+        with e2e_cluster.api_client() as api:
+            kube = Kube(api, qps=0)
+            for name in NODES:
+                with contextlib.suppress(ApiError):
+                    kube.delete(NODE, None, name)
+
+
+@pytest.fixture
+def gang_operator(operator: OperatorRunner) -> Iterator[OperatorRunner]:
+    with operator.with_flags("--gang-scheduling=kubernetes") as op:
+        yield op
+
+
+def gang_job(name: str, workers: int, min_available: int | None = None) -> dict[str, Any]:
+    """The pi job whose workers (1 CPU each) go to the gang nodes; the launcher, created once they are
+    Ready, runs elsewhere and is held until the test releases it."""
+    run_policy = {"schedulingPolicy": {"minAvailable": min_available}} if min_available else None
+    job = pi_job(
+        name,
+        root=True,
+        resources=False,
+        workers=workers,
+        launcher_annotations=dict(HOLD),
+        run_policy=run_policy,
+        launcherCreationPolicy="WaitForWorkersReady",
+    )
+    spec = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    spec["nodeSelector"] = {POOL: GANG_POOL}
+    spec["tolerations"] = [{"key": POOL, "operator": "Equal", "value": GANG_POOL, "effect": "NoSchedule"}]
+    return job
+
+
+class Placements:
+    """Every pod event of a namespace, in the watch's order, and what it shows about the workers'
+    placement. A job is partly placed while some but not all of its workers are bound (terminating ones
+    do not count); the gang rule is broken when a job is partly placed while another job holds bound
+    workers: the partial placement that lets two jobs block each other, which a gang prevents."""
+
+    def __init__(self, kube: Kube, namespace: str, workers: dict[str, int]) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.workers = workers  # job -> its worker count
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self.bound_ever: dict[str, set[str]] = {job: set() for job in workers}  # job -> worker names
+        self.violations: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Placements:
+        self._thread.start()
+        assert self._ready.wait(10), "the pod watch did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        listed = self.kube.list(POD, self.namespace)
+        for pod in listed["items"]:
+            self._on(pod, deleted=False)
+        rv = listed["metadata"]["resourceVersion"]
+        self._ready.set()
+        while not self._stop.is_set():
+            query = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": 5}
+            for line in self.kube.stream_lines(POD.path(self.namespace), query, (5, 15)):
+                event = orjson.loads(line)
+                pod = event["object"]
+                if event["type"] == "ERROR":
+                    raise AssertionError(f"pod watch failed: {pod}")
+                rv = pod["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK":
+                    self._on(pod, deleted=event["type"] == "DELETED")
+
+    def _on(self, pod: dict[str, Any], deleted: bool) -> None:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        job = labels.get(JOB_NAME_LABEL)
+        if labels.get(ROLE_LABEL) != "worker" or job not in self.workers:
+            return
+        with self._lock:
+            self._record(pod, job, deleted)
+
+    def _record(self, pod: dict[str, Any], job: str, deleted: bool) -> None:
+        meta = pod["metadata"]
+        if deleted:
+            self.pods.pop(meta["uid"], None)
+        else:
+            self.pods[meta["uid"]] = pod
+            if pod["spec"].get("nodeName"):
+                self.bound_ever[job].add(meta["name"])
+        self._check(f"{'DELETED' if deleted else 'event'} {meta['name']}")
+
+    def bound(self, job: str) -> int:
+        with self._lock:
+            return self._bound(job)
+
+    def _bound(self, job: str) -> int:
+        """The job's bound workers that are not terminating (a terminating one is on its way out)."""
+        return sum(
+            1
+            for p in self.pods.values()
+            if p["metadata"]["labels"][JOB_NAME_LABEL] == job
+            and p["spec"].get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+        )
+
+    def _check(self, what: str) -> None:
+        for job, count in self.workers.items():
+            bound = self._bound(job)
+            if not 0 < bound < count:
+                continue
+            others = {o: n for o in self.workers if o != job and (n := self._bound(o))}
+            if others:
+                self.violations.append(
+                    f"after {what}: {job} has {bound}/{count} workers bound while {others}"
+                )
+
+
+def wait_unschedulable(e2e: E2E, job: str, count: int) -> None:
+    """Until the scheduler has said of `count` of the job's workers that they do not fit now."""
+
+    def said() -> bool:
+        n = 0
+        for pod in e2e.workers(job):
+            for c in (pod.get("status") or {}).get("conditions") or ():
+                n += c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        return n >= count
+
+    e2e.wait_for(said, f"{count} workers of {job} found unschedulable", job=job)
+
+
+def run_pair(e2e: E2E) -> Placements:
+    """Job a takes 3 of the 4 CPUs and holds them; b (3 workers too) comes while a runs, then a ends."""
+    with Placements(e2e.kube, e2e.ns, {"a": 3, "b": 3}) as seen:
+        e2e.submit(gang_job("a", 3))
+        e2e.wait_condition("a", "Running")
+        e2e.submit(gang_job("b", 3))
+        wait_unschedulable(e2e, "b", 2)  # 1 CPU left: at most one of b's workers fits
+        e2e.release_launcher("a")
+        assert condition_is(e2e.wait_finished("a"), "Succeeded"), e2e.describe("a")
+        e2e.wait_condition("b", "Running")
+        e2e.release_launcher("b")
+        assert condition_is(e2e.wait_finished("b"), "Succeeded"), e2e.describe("b")
+    assert seen.bound_ever == {
+        "a": {f"a-worker-{i}" for i in range(3)},
+        "b": {f"b-worker-{i}" for i in range(3)},
+    }
+    return seen
+
+
+def test_gang_never_partly_placed(
+    e2e: E2E, gang_nodes: tuple[str, ...], gang_operator: OperatorRunner
+) -> None:
+    seen = run_pair(e2e)
+    assert seen.violations == [], "\n".join(seen.violations)
+    workload = e2e.find("b", WORKLOAD)
+    assert workload is None  # cleaned up with the workers after b finished
+    b = e2e.get("b")
+    gang = conditions(b).get(GANG_SCHEDULED)
+    # b waited for room: the scheduler's words were on the job, then it was placed whole
+    assert gang is not None and (gang["status"], gang["reason"]) == ("True", "GangScheduled"), e2e.describe(
+        "b"
+    )
+
+
+def test_without_gang_scheduling_the_pair_is_partly_placed(e2e: E2E, gang_nodes: tuple[str, ...]) -> None:
+    """The same pair with gang scheduling off: b gets one worker while a holds the rest (the scenario
+    bites, so the gang test above can fail)."""
+    seen = run_pair(e2e)
+    assert any(v.startswith("after event b-worker") for v in seen.violations), seen.violations
+    assert e2e.find("a", WORKLOAD) is None and GANG_SCHEDULED not in conditions(e2e.get("b"))
+
+
+def test_min_available_lets_part_of_the_gang_start(
+    e2e: E2E, gang_nodes: tuple[str, ...], gang_operator: OperatorRunner
+) -> None:
+    """5 workers, minAvailable 3, 4 CPUs: the gang's quorum is met, 4 workers are placed, the fifth waits."""
+    with Placements(e2e.kube, e2e.ns, {"m": 5}) as seen:
+        e2e.submit(gang_job("m", 5, min_available=3))
+        workload = e2e.wait_for(lambda: e2e.find("m", WORKLOAD), "Workload m", job="m")
+        assert workload["spec"]["podGroups"] == [{"name": "workers", "policy": {"gang": {"minCount": 3}}}]
+        wait_unschedulable(e2e, "m", 1)
+        e2e.wait_for(lambda: seen.bound("m") == 4, "4 of m's workers bound", job="m")
+        e2e.delete("m")
+        e2e.wait_gone("m")
+
+
+def test_gang_larger_than_the_cluster_binds_nothing_and_says_why(
+    e2e: E2E, gang_nodes: tuple[str, ...], gang_operator: OperatorRunner
+) -> None:
+    with Placements(e2e.kube, e2e.ns, {"big": 5}) as seen:
+        e2e.submit(gang_job("big", 5))
+        job = e2e.wait_condition("big", GANG_SCHEDULED, "False", timeout=90)
+        gang = conditions(job)[GANG_SCHEDULED]
+        assert gang["reason"] == REASON_UNSCHEDULABLE, gang
+        assert "at least 5 of 5 workers" in gang["message"] and "Insufficient cpu" in gang["message"], gang
+        assert seen.bound_ever == {"big": set()}
+        e2e.delete("big")
+        e2e.wait_gone("big")
+    assert seen.bound_ever == {"big": set()}

@@ -10,7 +10,8 @@ from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.kube import ApiError
 from render import Config, events, render, status
 from render.gang import GANG_SCHEDULED, REASON_SCHEDULED, REASON_UNAVAILABLE, REASON_UNSCHEDULABLE
-from tests.unit.render_helpers import by_kind, job, launcher, observed, owner, ts, worker
+from tests.unit.golden_cases import GOLDEN
+from tests.unit.render_helpers import by_kind, job, launcher, observed, owner, run_cli, ts, worker
 
 V1ALPHA1 = "scheduling.k8s.io/v1alpha1"
 GANG = Config(gang_scheduling="kubernetes", workload_api=V1ALPHA1)
@@ -168,3 +169,15 @@ def test_discovery_picks_a_served_version_render_knows():
     assert served_workload_api(FakeKube(ApiError(404, "Not Found", ""))) == ""  # type: ignore[arg-type]
     with pytest.raises(ApiError):
         served_workload_api(FakeKube(ApiError(503, "Unavailable", "")))  # type: ignore[arg-type]
+
+
+def test_render_cli_renders_the_workload_of_the_version_given():
+    manifest = str(GOLDEN / "workload-gang" / "mpijob.yaml")
+    code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes"])
+    assert code == 0 and f"apiVersion: {V1ALPHA1}\nkind: Workload" in out and "workloadRef" in out
+    code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes", "--workload-api", ""])
+    assert code == 0 and "kind: Workload" not in out and "workloadRef" not in out
+    code, _, err = run_cli(
+        [manifest, "--gang-scheduling", "kubernetes", "--workload-api", "scheduling.k8s.io/v9"]
+    )
+    assert code == 2 and "--workload-api: Unsupported value" in err

@@ -35,8 +35,9 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 # Kubernetes' own gang scheduling (the Workload API, alpha in 1.35): on in every local cluster, so
 # --gang-scheduling=kubernetes meets a real kube-scheduler that enforces it.
+WORKLOAD_API = "scheduling.k8s.io/v1alpha1"
 WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true"
-WORKLOAD_RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1alpha1=true"
+WORKLOAD_RUNTIME_CONFIG = f"--runtime-config={WORKLOAD_API}=true"
 
 
 AUDIT_POLICY = """\

@@ -1,6 +1,7 @@
 """Pure rendering of an MPIJob into its child objects and status. See docs/architecture.md."""
 
 from render.api import Config, MPIJob, SSHKey
+from render.children.workload import kinds as gang_kinds
 from render.core import render, render_with_status
 from render.errors import FieldError, ValidationError
 from render.events import Event, events
@@ -19,6 +20,7 @@ __all__ = [
     "SSHKey",
     "ValidationError",
     "events",
+    "gang_kinds",
     "generate_ssh_key",
     "next_wakeup",
     "parse_mpijob",

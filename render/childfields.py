@@ -25,6 +25,8 @@ def mpijob_field(job_name: str, kind: str, child_name: str, field: str) -> str:
             return f"spec.mpiReplicaSpecs[{names.LAUNCHER}].template." + field[len("spec.template.") :]
         if field == "spec.backoffLimit":
             return "spec.runPolicy.backoffLimit"
+    if kind in ("Workload", "PodGroup") and field.endswith(".gang.minCount"):  # --gang-scheduling=kubernetes
+        return "spec.runPolicy.schedulingPolicy.minAvailable"
     if kind == "PodGroup":
         for child, ours in _PODGROUP.items():
             if field == child or field.startswith(child + "."):

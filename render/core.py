@@ -19,7 +19,6 @@ from render.children.workers import worker_pods
 from render.errors import FieldError, ValidationError
 from render.observed import (
     KIND_CONFIGMAP,
-    KIND_WORKLOAD,
     Observed,
     WorkerFailure,
     is_controlled_by,
@@ -75,10 +74,10 @@ def _children(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any
         out.append(ssh_secret(job, data))
     if config.gang_scheduling == names.KUBERNETES_GANG:
         if active and wl.wanted(job, config):
-            desired = wl.workload(job, config)
-            live = observed.get(KIND_WORKLOAD, job.name)
-            if live is None or not is_controlled_by(live, job.uid) or not wl.outdated(live, desired):
-                out.append(desired)
+            for desired in wl.objects(job, config):
+                live = observed.get(desired["kind"], job.name)
+                if live is None or not is_controlled_by(live, job.uid) or not wl.outdated(live, desired):
+                    out.append(desired)
     elif config.gang_scheduling and active:
         out.append(podgroup(job, config, lambda pc: _priority(observed, pc)))
 

@@ -3,26 +3,36 @@
 The condition appears only when there is something to say, so a gang placed at once costs no write:
 * False, GangSchedulingUnavailable: the cluster cannot gang schedule (no Workload API served, or the API
   server dropped the workers' reference), so the workers are scheduled one at a time;
-* False, GangUnschedulable: the scheduler cannot place the gang, in its own words (the pending workers'
-  PodScheduled condition);
+* False, GangUnschedulable: the scheduler cannot place the gang, in its own words (the PodGroup's
+  condition where the version has one, else a pending worker's PodScheduled condition);
 * True, GangScheduled: after that, every worker is placed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from render import conditions as cond
 from render import names
 from render.api import Config, MPIJob
 from render.children import workload
-from render.observed import KIND_WORKLOAD, JobView, Observed, condition, is_controlled_by, node_name
+from render.observed import (
+    KIND_PODGROUP,
+    KIND_WORKLOAD,
+    JobView,
+    Observed,
+    condition,
+    is_controlled_by,
+    node_name,
+)
 
 GANG_SCHEDULED = "GangScheduled"
 REASON_UNAVAILABLE = "GangSchedulingUnavailable"
 REASON_UNSCHEDULABLE = "GangUnschedulable"
 REASON_SCHEDULED = "GangScheduled"
+# The PodGroup's condition that says whether the scheduler could place it (v1alpha2, then v1beta1).
+_GROUP_SCHEDULED = ("PodGroupScheduled", "PodGroupInitiallyScheduled")
 
 SetCondition = Callable[[str, str, str, str], None]
 
@@ -50,13 +60,14 @@ def gang_condition(
             "its workers are scheduled one at a time.",
         )
         return
-    dropped = _dropped(job, workers, observed)
+    field, _ = workload.reference(job, config)
+    dropped = _dropped(job, workers, observed, field)
     if dropped:
         setc(
             GANG_SCHEDULED,
             cond.FALSE,
             REASON_UNAVAILABLE,
-            f"MPIJob {ns_name} is not gang scheduled: the API server dropped spec.workloadRef from pod "
+            f"MPIJob {ns_name} is not gang scheduled: the API server dropped spec.{field} from pod "
             f"{dropped} (its GenericWorkload feature gate is off); its workers are scheduled one at a time.",
         )
         return
@@ -64,17 +75,19 @@ def gang_condition(
     if current is not None and current.get("reason") == REASON_UNAVAILABLE:
         return
     bound = [p for p in workers if node_name(p)]
-    stuck = [(p, c) for p in workers if not node_name(p) and (c := _unschedulable(p)) is not None]
-    if stuck:
-        pod, c = stuck[0]
-        name = (pod.get("metadata") or {}).get("name", "")
+    why = _group_unschedulable(job, observed) if len(bound) < job.worker_replicas else ""
+    if not why:
+        stuck = [(p, c) for p in workers if not node_name(p) and (c := _unschedulable(p)) is not None]
+        if stuck:
+            pod, c = stuck[0]
+            why = f"pod {(pod.get('metadata') or {}).get('name', '')}: {_words(c)}"
+    if why:
         setc(
             GANG_SCHEDULED,
             cond.FALSE,
             REASON_UNSCHEDULABLE,
             f"The scheduler cannot place the gang of MPIJob {ns_name} (at least {workload.min_count(job)} of "
-            f"{job.worker_replicas} workers together; {len(bound)} placed): pod {name}: "
-            f"{str(c.get('message') or c.get('reason') or '').strip()}",
+            f"{job.worker_replicas} workers together; {len(bound)} placed): {why}",
         )
     elif current is not None and len(bound) == job.worker_replicas:
         setc(
@@ -85,6 +98,22 @@ def gang_condition(
         )
 
 
+def _words(c: Mapping[str, Any]) -> str:
+    return str(c.get("message") or c.get("reason") or "").strip()
+
+
+def _group_unschedulable(job: MPIJob, observed: Observed) -> str:
+    """The PodGroup's own word (from v1alpha2 on) that it cannot be scheduled."""
+    group = observed.get(KIND_PODGROUP, job.name)
+    if group is None or not is_controlled_by(group, job.uid):
+        return ""
+    for ctype in _GROUP_SCHEDULED:
+        c = condition(group, ctype)
+        if c is not None and c.get("status") == cond.FALSE:
+            return f"PodGroup {job.name}: {_words(c)}"
+    return ""
+
+
 def _unschedulable(pod: dict[str, Any]) -> Any:
     c = condition(pod, "PodScheduled")
     if c is not None and c.get("status") == cond.FALSE and c.get("reason") == "Unschedulable":
@@ -92,7 +121,7 @@ def _unschedulable(pod: dict[str, Any]) -> Any:
     return None
 
 
-def _dropped(job: MPIJob, workers: list[dict[str, Any]], observed: Observed) -> str:
+def _dropped(job: MPIJob, workers: list[dict[str, Any]], observed: Observed, field: str) -> str:
     """The first worker created after the Workload yet without a reference: the API server removed it.
     A worker older than the Workload came from before gang scheduling was on and proves nothing."""
     live = observed.get(KIND_WORKLOAD, job.name)
@@ -102,6 +131,6 @@ def _dropped(job: MPIJob, workers: list[dict[str, Any]], observed: Observed) -> 
     for pod in workers:
         meta = pod.get("metadata") or {}
         created = str(meta.get("creationTimestamp") or "")
-        if since and created >= since and not (pod.get("spec") or {}).get("workloadRef"):
+        if since and created >= since and not (pod.get("spec") or {}).get(field):
             return str(meta.get("name", ""))
     return ""

@@ -48,7 +48,7 @@ SCHED_PLUGINS_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # knows, newest first (the operator renders the newest one the API server serves).
 KUBERNETES_GANG = "kubernetes"
 WORKLOAD_GROUP = "scheduling.k8s.io"
-WORKLOAD_API_VERSIONS = (f"{WORKLOAD_GROUP}/v1alpha1",)
+WORKLOAD_API_VERSIONS = tuple(f"{WORKLOAD_GROUP}/{v}" for v in ("v1beta1", "v1alpha2", "v1alpha1"))
 # The Workload's one pod group: the workers (the launcher is never a member, so WaitForWorkersReady
 # cannot deadlock the gang).
 WORKLOAD_POD_GROUP = "workers"

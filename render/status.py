@@ -16,7 +16,6 @@ from render.observed import (
     KIND_PODGROUP,
     KIND_SECRET,
     KIND_SERVICE,
-    KIND_WORKLOAD,
     JobView,
     Observed,
     WorkerFailure,
@@ -70,8 +69,7 @@ def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
         ("Job", names.launcher_name(job.name)),
     ]
     if config.gang_scheduling == names.KUBERNETES_GANG:
-        if workload.enabled(config):
-            wanted.append((KIND_WORKLOAD, job.name))
+        wanted += [(kind, job.name) for kind in workload.kinds(config)]
     elif config.gang_scheduling:
         wanted.append((KIND_PODGROUP, job.name))
     wanted += [("Pod", names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
@@ -100,7 +98,7 @@ def children_created(job: MPIJob, config: Config, observed: Observed, v: JobView
         pass
     elif config.gang_scheduling == names.KUBERNETES_GANG:
         if workload.wanted(job, config):
-            wanted.append((KIND_WORKLOAD, job.name))
+            wanted += [(kind, job.name) for kind in workload.kinds(config)]
     elif config.gang_scheduling:
         wanted.append((KIND_PODGROUP, job.name))
     for kind, name in wanted:

@@ -44,7 +44,7 @@ Obj = dict[str, Any]
 # Spec paths render reads of a live child (render/observed.py, render/core.py, reconcile/mpijob/syncstate.py).
 RENDER_SPEC_READS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("batch", "Job"): ("spec.suspend",),
-    ("", "Pod"): ("spec.nodeName", "spec.workloadRef"),
+    ("", "Pod"): ("spec.nodeName", "spec.workloadRef", "spec.schedulingGroup"),
 }
 OWNER: Final = ("kubeflow.org", "MPIJob")
 

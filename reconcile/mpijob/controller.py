@@ -34,7 +34,7 @@ from reconcile.mpijob.decide import (
 )
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
-from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, gang_resource
+from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, gang_resources
 from reconcile.mpijob.syncstate import condition_true, moot_child_event, status_changed
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
@@ -122,10 +122,10 @@ class Controller:
         self.children: dict[Resource, Informer] = {
             res: informer(res) for res in (POD, SERVICE, CONFIGMAP, SECRET, JOB)
         }
-        self.podgroup_res = gang_resource(config)
-        if self.podgroup_res is not None:
-            self.children[self.podgroup_res] = informer(self.podgroup_res)
-        if self.podgroup_res is not None and self.podgroup_res.kind == "PodGroup":  # its minResources
+        self.gang_resources = gang_resources(config)
+        for res in self.gang_resources:
+            self.children[res] = informer(res)
+        if config.gang_scheduling and config.gang_scheduling != names.KUBERNETES_GANG:  # minResources
             self.priority_classes: Informer | None = informer(PRIORITY_CLASS, None)
         else:
             self.priority_classes = None

@@ -25,7 +25,7 @@ import render
 from reconcile.engine import managedfields
 from reconcile.mpijob.decide import Action, decide, needs_fresh_key
 from reconcile.mpijob.memory import JobMemory
-from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resource
+from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resources
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.informer import controller_ref
 from reconcile.runtime.kube import (
@@ -82,9 +82,7 @@ def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str,
     """What the operator's caches hold for the job: its children, its launcher's pods, any object holding
     a name it wants, and PriorityClasses with gang scheduling."""
     resources = [POD, SERVICE, CONFIGMAP, SECRET, JOB]
-    pg = gang_resource(config)
-    if pg is not None:
-        resources.append(pg)
+    resources += gang_resources(config)
     listed = {res: kube.list(res, job.namespace, labelSelector=CHILD_SELECTOR)["items"] for res in resources}
     out = [o for items in listed.values() for o in items if _ours(o, job.uid)]
     launchers = {o["metadata"].get("uid") for o in out if o.get("kind") == "Job"}
@@ -103,7 +101,7 @@ def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str,
         held.setdefault("apiVersion", by_kind[kind].api_version)
         held.setdefault("kind", kind)
         out.append(held)
-    if pg is not None:
+    if config.gang_scheduling and config.gang_scheduling != names.KUBERNETES_GANG:  # PodGroup minResources
         out += kube.list(PRIORITY_CLASS)["items"]
     return [managedfields.slim(o) for o in out]
 

@@ -2,9 +2,9 @@
 
 DESIGN §3.4 in Kubernetes' own rules for the kinds we render: Pods and the SSH Secret create-only
 (labels and annotations may change); the launcher Job takes only ``suspend`` and, while suspended and
-not started, the scheduling directives; ConfigMap, Service (knowing its server defaults) and both
-PodGroup kinds patched in place; the Workload create-only; creates in dependency order, deletes in the
-reverse one.
+not started, the scheduling directives; ConfigMap, Service (knowing its server defaults), both PodGroup
+kinds and Kubernetes' Workload and PodGroup patched in place; creates in dependency order, deletes in
+the reverse one.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ POLICY: Final = Policy(
         ("", "Service"): SERVICE_POLICY,
         ("scheduling.volcano.sh", "PodGroup"): PATCH,
         ("scheduling.x-k8s.io", "PodGroup"): PATCH,
-        # its pod groups are immutable: render leaves an outdated one out, and it comes back as desired
-        (names.WORKLOAD_GROUP, "Workload"): CREATE_ONLY,
+        # Kubernetes' gang: patched in place where the version lets minCount change; where it cannot,
+        # render leaves an outdated object out and it comes back as desired
+        (names.WORKLOAD_GROUP, "Workload"): PATCH,
+        (names.WORKLOAD_GROUP, "PodGroup"): PATCH,
         ("", "Pod"): CREATE_ONLY,
         ("", "Secret"): CREATE_ONLY,
         ("batch", "Job"): JOB_POLICY,
@@ -39,8 +41,8 @@ POLICY: Final = Policy(
         "Service",
         "ConfigMap",
         "Secret",
-        "PodGroup",
         "Workload",
+        "PodGroup",
         "Pod",
         "Job",
     ),
@@ -79,10 +81,10 @@ CREATE_RULES: Final = CreateRules(
 CHILD_SELECTOR: Final = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
 
 
-def gang_resource(config: render.Config) -> Resource | None:
-    """The kind of the job's gang-scheduling child: a PodGroup, or the Workload of the served version."""
+def gang_resources(config: render.Config) -> tuple[Resource, ...]:
+    """The kinds of the job's gang-scheduling children: a PodGroup, or those of the served Workload API."""
     if config.gang_scheduling == names.KUBERNETES_GANG:
-        return resource_for(config.workload_api, "Workload") if config.workload_api else None
+        return tuple(resource_for(config.workload_api, kind) for kind in render.gang_kinds(config))
     if not config.gang_scheduling:
-        return None
-    return VOLCANO_PODGROUP if config.gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP
+        return ()
+    return (VOLCANO_PODGROUP if config.gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP,)

@@ -85,7 +85,12 @@ NODE = Resource("v1", "Node", "nodes", namespaced=False)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
 SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+# Kubernetes' own gang scheduling, by served version (render/children/workload.py)
 WORKLOAD_V1ALPHA1 = Resource("scheduling.k8s.io/v1alpha1", "Workload", "workloads")
+WORKLOAD_V1ALPHA2 = Resource("scheduling.k8s.io/v1alpha2", "Workload", "workloads")
+PODGROUP_V1ALPHA2 = Resource("scheduling.k8s.io/v1alpha2", "PodGroup", "podgroups")
+WORKLOAD_V1BETA1 = Resource("scheduling.k8s.io/v1beta1", "Workload", "workloads")
+PODGROUP_V1BETA1 = Resource("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups")
 
 # For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
 CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
@@ -103,6 +108,10 @@ KNOWN = (
     VOLCANO_PODGROUP,
     SCHED_PLUGINS_PODGROUP,
     WORKLOAD_V1ALPHA1,
+    WORKLOAD_V1ALPHA2,
+    PODGROUP_V1ALPHA2,
+    WORKLOAD_V1BETA1,
+    PODGROUP_V1BETA1,
 )
 _BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
 _KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}

@@ -76,7 +76,8 @@ def decorate_gang(
     if config.gang_scheduling == names.KUBERNETES_GANG:
         # Kubernetes' own scheduler: only workers join the gang; the launcher schedules as any pod.
         if worker and workload.wanted(job, config):
-            spec["workloadRef"] = workload.pod_reference(job)
+            field, value = workload.reference(job, config)
+            spec[field] = value
         return
     if config.gang_scheduling == names.VOLCANO:
         spec["schedulerName"] = names.VOLCANO

@@ -1,7 +1,13 @@
-"""The gang-scheduling Workload `<job>` for Kubernetes' own scheduler (`--gang-scheduling=kubernetes`).
+"""The gang-scheduling objects `<job>` for Kubernetes' own scheduler (`--gang-scheduling=kubernetes`), in
+the shape of the Workload API version the cluster serves:
 
-One pod group, the workers, with a gang policy; each worker pod points at it. The launcher is not a
-member: under WaitForWorkersReady it only exists once the workers run, so counting it would deadlock.
+* v1alpha1 (1.35): a Workload with one pod group; each worker's ``spec.workloadRef`` names it and the group.
+* v1alpha2 (1.36): a Workload with one pod group template and a PodGroup made from it
+  (``podGroupTemplateRef``); each worker's ``spec.schedulingGroup.podGroupName`` names the PodGroup.
+* v1beta1 (1.37): the same, the PodGroup naming its template with ``workloadRef``; ``minCount`` may change.
+
+The gang is the workers. The launcher is not a member: under WaitForWorkersReady it only exists once the
+workers run, so counting it would deadlock.
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ from typing import Any
 
 from render import names
 from render.api import Config, MPIJob
+
+V1ALPHA1, V1ALPHA2, V1BETA1 = (f"{names.WORKLOAD_GROUP}/{v}" for v in ("v1alpha1", "v1alpha2", "v1beta1"))
+# Versions whose gang policy cannot change once created: an outdated object is replaced.
+_IMMUTABLE = frozenset({V1ALPHA1, V1ALPHA2})
 
 
 def enabled(config: Config) -> bool:
@@ -25,6 +35,13 @@ def wanted(job: MPIJob, config: Config) -> bool:
     return enabled(config) and job.worker_replicas > 0
 
 
+def kinds(config: Config) -> tuple[str, ...]:
+    """The kinds of the job's gang objects in the served version."""
+    if not enabled(config):
+        return ()
+    return ("Workload",) if config.workload_api == V1ALPHA1 else ("Workload", "PodGroup")
+
+
 def min_count(job: MPIJob) -> int:
     """schedulingPolicy.minAvailable, at most every worker (the launcher is not in the gang); else every
     worker."""
@@ -35,45 +52,80 @@ def min_count(job: MPIJob) -> int:
     return workers
 
 
-def workload(job: MPIJob, config: Config) -> dict[str, Any]:
-    group = {"name": names.WORKLOAD_POD_GROUP, "policy": {"gang": {"minCount": min_count(job)}}}
+def _meta(job: MPIJob) -> dict[str, Any]:
     return {
-        "apiVersion": config.workload_api,
-        "kind": "Workload",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": names.object_labels(job.name),
-            "ownerReferences": [job.owner_reference()],
-        },
-        "spec": {
-            "controllerRef": {
-                "apiGroup": names.API_VERSION.split("/")[0],
-                "kind": names.KIND,
-                "name": job.name,
-            },
-            "podGroups": [group],
-        },
+        "name": job.name,
+        "namespace": job.namespace,
+        "labels": names.object_labels(job.name),
+        "ownerReferences": [job.owner_reference()],
     }
 
 
-def pod_reference(job: MPIJob) -> dict[str, Any]:
-    """A worker's ``spec.workloadRef``."""
-    return {"name": job.name, "podGroup": names.WORKLOAD_POD_GROUP}
+def _gang(job: MPIJob) -> dict[str, Any]:
+    return {"gang": {"minCount": min_count(job)}}
+
+
+def objects(job: MPIJob, config: Config) -> list[dict[str, Any]]:
+    """The Workload, then (from v1alpha2 on) the PodGroup made from its template."""
+    version = config.workload_api
+    group = names.WORKLOAD_POD_GROUP
+    controller = {"apiGroup": names.API_VERSION.split("/")[0], "kind": names.KIND, "name": job.name}
+    if version == V1ALPHA1:
+        spec: dict[str, Any] = {
+            "controllerRef": controller,
+            "podGroups": [{"name": group, "policy": _gang(job)}],
+        }
+        return [{"apiVersion": version, "kind": "Workload", "metadata": _meta(job), "spec": spec}]
+    template = {"name": group, "schedulingPolicy": _gang(job)}
+    workload = {
+        "apiVersion": version,
+        "kind": "Workload",
+        "metadata": _meta(job),
+        "spec": {"controllerRef": controller, "podGroupTemplates": [template]},
+    }
+    if version == V1ALPHA2:
+        ref: dict[str, Any] = {
+            "podGroupTemplateRef": {"workload": {"workloadName": job.name, "podGroupTemplateName": group}}
+        }
+    else:
+        ref = {"workloadRef": {"workloadName": job.name, "templateName": group}}
+    pod_group = {
+        "apiVersion": version,
+        "kind": "PodGroup",
+        "metadata": _meta(job),
+        "spec": {**ref, "schedulingPolicy": _gang(job)},
+    }
+    return [workload, pod_group]
+
+
+def reference(job: MPIJob, config: Config) -> tuple[str, dict[str, Any]]:
+    """The field of a worker's spec that puts it in the gang, and its value."""
+    if config.workload_api == V1ALPHA1:
+        return "workloadRef", {"name": job.name, "podGroup": names.WORKLOAD_POD_GROUP}
+    return "schedulingGroup", {"podGroupName": job.name}
 
 
 def gang_policies(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Each pod group's gang policy by name: the part of a Workload that cannot change once created."""
-    groups = (obj.get("spec") or {}).get("podGroups")
+    """The gang's minCount by pod group (template) name, in any version's Workload or PodGroup."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "PodGroup":
+        return {"": ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")}
     out: dict[str, Any] = {}
-    for g in groups if isinstance(groups, list) else ():
-        if isinstance(g, Mapping):
-            out[str(g.get("name"))] = ((g.get("policy") or {}).get("gang") or {}).get("minCount")
+    for key, policy in (("podGroups", "policy"), ("podGroupTemplates", "schedulingPolicy")):
+        groups = spec.get(key)
+        for g in groups if isinstance(groups, list) else ():
+            if isinstance(g, Mapping):
+                out[str(g.get("name"))] = ((g.get(policy) or {}).get("gang") or {}).get("minCount")
     return out
 
 
 def outdated(live: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
-    """The live Workload's pod groups differ from the desired ones. They are immutable, so it is left out
-    of the children (deleted) and comes back as desired in the next sync; the workers keep their
-    reference, which names the Workload and its group, not one object."""
-    return live is not None and gang_policies(live) != gang_policies(desired)
+    """The live object's gang policy differs from the desired one in a version where it cannot change.
+    It is then left out of the children (deleted) and comes back as desired in the next sync; the
+    workers keep their reference, which names the object, not one incarnation of it. From v1beta1 on
+    minCount is patched in place."""
+    return (
+        live is not None
+        and desired.get("apiVersion") in _IMMUTABLE
+        and gang_policies(live) != gang_policies(desired)
+    )

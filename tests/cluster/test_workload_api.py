@@ -133,3 +133,17 @@ def test_no_workload_api_is_said_at_start_and_on_each_job(
         assert len(start_lines) == 1, op.log_tail()
     finally:
         op.stop()
+
+
+def test_the_crd_keeps_both_gang_references_in_pod_templates(
+    kube: Kube, namespace: str, mpijob_crd: None
+) -> None:
+    """A newer API server must not prune what the Workload API versions put in a pod spec."""
+    body = pi_job()
+    body["metadata"]["namespace"] = namespace
+    spec = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["workloadRef"] = {"name": "w", "podGroup": "workers"}
+    spec["schedulingGroup"] = {"podGroupName": "w"}
+    kube.create(MPIJOB, namespace, body)
+    kept = kube.get(MPIJOB, namespace, "pi")["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert kept["workloadRef"] == spec["workloadRef"] and kept["schedulingGroup"] == spec["schedulingGroup"]

@@ -108,23 +108,33 @@ def test_policy_is_the_design_table():
 
 
 def test_gang_scheduling_adds_podgroup_and_priorityclass_informers():
-    assert controller().podgroup_res is None
+    assert controller().gang_resources == ()
     c = controller(gang="volcano")
-    assert c.podgroup_res.api_version == "scheduling.volcano.sh/v1beta1"
+    assert [r.api_version for r in c.gang_resources] == ["scheduling.volcano.sh/v1beta1"]
     assert c.priority_classes is not None
-    assert controller(gang="sp-scheduler").podgroup_res.api_version == "scheduling.x-k8s.io/v1alpha1"
+    sp = controller(gang="sp-scheduler").gang_resources
+    assert [r.api_version for r in sp] == ["scheduling.x-k8s.io/v1alpha1"]
 
 
-def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone():
-    c = controller(gang="kubernetes", workload_api="scheduling.k8s.io/v1alpha1")
-    assert c.podgroup_res is not None and c.podgroup_res.api_version == "scheduling.k8s.io/v1alpha1"
-    assert c.podgroup_res.kind == "Workload" and c.priority_classes is None
+@pytest.mark.parametrize(
+    ("version", "kinds"),
+    [
+        ("scheduling.k8s.io/v1alpha1", ["Workload"]),
+        ("scheduling.k8s.io/v1alpha2", ["Workload", "PodGroup"]),
+        ("scheduling.k8s.io/v1beta1", ["Workload", "PodGroup"]),
+    ],
+)
+def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone(version, kinds):
+    c = controller(gang="kubernetes", workload_api=version)
+    assert [(r.api_version, r.kind) for r in c.gang_resources] == [(version, k) for k in kinds]
+    assert c.priority_classes is None
     job = minimal_job()
-    assert (c.podgroup_res, job.name) in c.wanted(job)
-    # nothing served: no Workload informer, and no Workload name to look up
+    assert all((r, job.name) in c.wanted(job) for r in c.gang_resources)
+    assert all(r in c.children for r in c.gang_resources)
+    # nothing served: no informer, and no name to look up
     unserved = controller(gang="kubernetes")
-    assert unserved.podgroup_res is None
-    assert all(res.kind != "Workload" for res, _ in unserved.wanted(job))
+    assert unserved.gang_resources == ()
+    assert all(res.group != "scheduling.k8s.io" for res, _ in unserved.wanted(job))
 
 
 def minimal_job():

@@ -502,6 +502,7 @@ OPERATOR_GRANTS = {
     ("scheduling.volcano.sh", "podgroups"): CRUD,
     ("scheduling.x-k8s.io", "podgroups"): CRUD,
     ("scheduling.k8s.io", "workloads"): CRUD,
+    ("scheduling.k8s.io", "podgroups"): CRUD,
     ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     ("", "nodes"): {"list", "watch"},
 }

@@ -18,6 +18,7 @@ from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime import kube
 from reconcile.runtime.events import EventRecorder
+from render import names
 from tests.unit.deploy_files import _grants, _objects, _one
 from tests.unit.fakes import NoKube
 from tools.manifests import DEPLOY
@@ -46,12 +47,17 @@ def _controllers() -> list[Controller]:
     return [
         Controller(
             NoKube(),
-            render.Config(gang_scheduling=g, workload_api=kube.WORKLOAD_V1ALPHA1.api_version),
+            render.Config(gang_scheduling=g, workload_api=v),
             metrics=Metrics(),
             recorder=EventRecorder(NoKube()),
             watch_nodes=True,
         )
-        for g in ("", "volcano", "scheduler-plugins-scheduler", "kubernetes")
+        for g, v in [
+            ("", ""),
+            ("volcano", ""),
+            ("scheduler-plugins-scheduler", ""),
+            *(("kubernetes", v) for v in names.WORKLOAD_API_VERSIONS),
+        ]
     ]
 
 

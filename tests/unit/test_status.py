@@ -310,7 +310,10 @@ GOLDEN_STATE = {
     "wait-for-workers-releasing": "Created",
     "wait-for-workers-resumed": "Created",
     "workload-gang": None,  # nothing observed yet
+    "workload-gang-v1alpha2": None,
+    "workload-gang-v1beta1": None,
     "workload-scale-down": "Running",
+    "workload-scale-down-v1beta1": "Running",
     "workload-unavailable": "Running",
     "workload-unschedulable": "Created",
 }

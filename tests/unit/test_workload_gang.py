@@ -173,7 +173,9 @@ def test_discovery_picks_a_served_version_render_knows():
 
 def test_render_cli_renders_the_workload_of_the_version_given():
     manifest = str(GOLDEN / "workload-gang" / "mpijob.yaml")
-    code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes"])
+    code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes"])  # the newest version render knows
+    assert code == 0 and "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup" in out, out
+    code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes", "--workload-api", V1ALPHA1])
     assert code == 0 and f"apiVersion: {V1ALPHA1}\nkind: Workload" in out and "workloadRef" in out
     code, out, _ = run_cli([manifest, "--gang-scheduling", "kubernetes", "--workload-api", ""])
     assert code == 0 and "kind: Workload" not in out and "workloadRef" not in out
@@ -181,3 +183,80 @@ def test_render_cli_renders_the_workload_of_the_version_given():
         [manifest, "--gang-scheduling", "kubernetes", "--workload-api", "scheduling.k8s.io/v9"]
     )
     assert code == 2 and "--workload-api: Unsupported value" in err
+
+
+V1ALPHA2 = "scheduling.k8s.io/v1alpha2"
+V1BETA1 = "scheduling.k8s.io/v1beta1"
+
+
+def live_pod_group(version: str, min_count: int, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": version,
+        "kind": "PodGroup",
+        "metadata": {"name": "pi", "namespace": "ns", "ownerReferences": owner()},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        "status": status,
+    }
+
+
+def live_template_workload(version: str, min_count: int) -> dict[str, Any]:
+    policy = {"gang": {"minCount": min_count}}
+    return {
+        "apiVersion": version,
+        "kind": "Workload",
+        "metadata": {
+            "name": "pi",
+            "namespace": "ns",
+            "ownerReferences": owner(),
+            "creationTimestamp": ts(600),
+        },
+        "spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": policy}]},
+    }
+
+
+@pytest.mark.parametrize("version", [V1ALPHA2, V1BETA1])
+def test_newer_versions_add_a_pod_group_the_workers_name(version):
+    config = Config(gang_scheduling="kubernetes", workload_api=version)
+    children = render(job(), observed(), config)
+    assert [c["kind"] for c in children if c["apiVersion"] == version] == ["Workload", "PodGroup"]
+    (pg,) = by_kind(children, "PodGroup")
+    assert pg["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    template_ref = {"workloadName": "pi", "podGroupTemplateName": "workers"}
+    expected_ref = (
+        {"podGroupTemplateRef": {"workload": template_ref}}
+        if version == V1ALPHA2
+        else {"workloadRef": {"workloadName": "pi", "templateName": "workers"}}
+    )
+    assert {k: v for k, v in pg["spec"].items() if k != "schedulingPolicy"} == expected_ref
+    for pod in by_kind(children, "Pod"):
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "pi"} and "workloadRef" not in pod["spec"]
+
+
+def test_v1alpha2_replaces_an_outdated_gang_and_v1beta1_patches_it():
+    pods = (gang_worker(0), gang_worker(1))
+    for version, kept in ((V1ALPHA2, []), (V1BETA1, ["Workload", "PodGroup"])):
+        config = Config(gang_scheduling="kubernetes", workload_api=version)
+        world = observed(live_template_workload(version, 4), live_pod_group(version, 4), *pods)
+        children = render(job(), world, config)
+        assert [c["kind"] for c in children if c["apiVersion"] == version] == kept, version
+        current = observed(live_template_workload(version, 2), live_pod_group(version, 2), *pods)
+        assert len([c for c in render(job(), current, config) if c["apiVersion"] == version]) == 2
+
+
+def test_the_pod_groups_own_words_come_first():
+    config = Config(gang_scheduling="kubernetes", workload_api=V1BETA1)
+    said = {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable"}
+    said["message"] = "0/2 nodes are available for the gang: 2 Insufficient cpu."
+    pending = [gang_worker(i, "Pending", node="") for i in range(2)]
+    for p in pending:
+        p["spec"] = {"schedulingGroup": {"podGroupName": "pi"}}
+    world = observed(
+        live_template_workload(V1BETA1, 2), live_pod_group(V1BETA1, 2, conditions=[said]), *pending
+    )
+    c = gang_condition(status(job(), world, config))
+    assert c is not None and c["reason"] == REASON_UNSCHEDULABLE
+    assert c["message"].endswith("PodGroup pi: 0/2 nodes are available for the gang: 2 Insufficient cpu.")
+    # a worker without its schedulingGroup: dropped by the API server
+    pending[1]["spec"] = {}
+    c = gang_condition(status(job(), observed(live_template_workload(V1BETA1, 2), *pending), config))
+    assert c is not None and c["reason"] == REASON_UNAVAILABLE and "spec.schedulingGroup" in c["message"]

@@ -173,4 +173,16 @@ def pod_template_spec(converter: Converter) -> dict[str, Any]:
     if "containers" not in pod_spec.get("required", []):
         raise ValueError("PodSpec no longer requires containers; review the CRD's container rule")
     pod_spec["properties"]["containers"]["minItems"] = 1
+    # Newer Kubernetes (1.36 on) puts a pod in a gang with spec.schedulingGroup; kept in the templates so
+    # the API server does not prune it from an MPIJob (spec.workloadRef, 1.35's, comes from the schema).
+    pod_spec["properties"].setdefault(
+        "schedulingGroup",
+        {
+            "description": "The PodGroup this pod belongs to (Kubernetes 1.36 and later, Workload API).",
+            "properties": {
+                "podGroupName": {"description": "The name of the PodGroup object.", "type": "string"}
+            },
+            "type": "object",
+        },
+    )
     return schema

@@ -19,6 +19,18 @@ from render import names
 
 FIELD_MANAGER: Final = "mpijob-operator"
 
+# What the pods refer to, created before them (and together, below).
+_REFERRED: Final = (
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "ConfigMap",
+    "Secret",
+    "Workload",
+    "PodGroup",
+)
+
 POLICY: Final = Policy(
     field_manager=FIELD_MANAGER,
     kinds={
@@ -34,46 +46,23 @@ POLICY: Final = Policy(
         ("", "Secret"): CREATE_ONLY,
         ("batch", "Job"): JOB_POLICY,
     },
-    order=(
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ConfigMap",
-        "Secret",
-        "Workload",
-        "PodGroup",
-        "Pod",
-        "Job",
-    ),
+    order=(*_REFERRED, "Pod", "Job"),
 )
 
 # A create the API server finds Invalid (422) can never succeed: the job fails with the server's field
 # path. The launcher Job comes last and only once every other create succeeded (no launcher while its
 # workers cannot exist); the first failed create stops the rest (retried with back-off, as upstream); and
 # nothing is created while a foreign object holds a wanted name. The objects the pods refer to (Service,
-# ConfigMap, Secret, PodGroup) go out at once, then the first worker, then the other workers at once (a
-# bad template fails once), then the launcher: four round trips per job instead of 4 + workers.
+# ConfigMap, Secret, the gang's Workload or PodGroup) go out at once, then the first worker, then the other
+# workers at once (a bad template fails once), then the launcher: four round trips per job instead of
+# 4 + workers.
 CREATE_RULES: Final = CreateRules(
     permanent_codes=frozenset({422}),
     last_kinds=frozenset({"Job"}),
     stop_on_failure=True,
     none_while_conflicts=True,
     concurrency=16,
-    together=(
-        frozenset(
-            {
-                "ServiceAccount",
-                "Role",
-                "RoleBinding",
-                "Service",
-                "ConfigMap",
-                "Secret",
-                "PodGroup",
-                "Workload",
-            }
-        ),
-    ),
+    together=(frozenset(_REFERRED),),
 )
 
 

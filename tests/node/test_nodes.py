@@ -85,9 +85,8 @@ def test_nodes_are_ready_with_their_own_addresses(node_e2e: NodeE2E) -> None:
     assert [(s["name"], s["state"]) for s in states] == [(n, "up") for n in NODES]
 
 
-@pytest.mark.parametrize("impl", ["openmpi", "mpich", "intel"])
-def test_ranks_run_on_distinct_nodes(node_e2e: NodeE2E, impl: str) -> None:
-    # cleanPodPolicy None: the workers stay, to show where they ran.
+def one_worker_per_node(impl: str) -> dict[str, Any]:
+    """pi with a worker on each real node (cleanPodPolicy None: the workers stay, to show where they ran)."""
     body = node_job(impl, workers=REAL_NODES, run_policy={"cleanPodPolicy": "None"})
     worker = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     worker["affinity"] = {
@@ -101,7 +100,10 @@ def test_ranks_run_on_distinct_nodes(node_e2e: NodeE2E, impl: str) -> None:
         }
     }
     set_mpirun_args(body, "-n", str(REAL_NODES), "/home/mpiuser/pi")
-    job, log = node_e2e.run(body)
+    return body
+
+
+def assert_one_rank_per_node(node_e2e: NodeE2E, job: dict[str, Any], log: str) -> None:
     assert condition_is(job, "Succeeded"), node_e2e.describe("pi")
     # Each rank's own report of where it ran, and the pods' nodes: one rank per node.
     assert rank_hosts(log) == {i: f"pi-worker-{i}" for i in range(REAL_NODES)}, log
@@ -109,6 +111,24 @@ def test_ranks_run_on_distinct_nodes(node_e2e: NodeE2E, impl: str) -> None:
     assert value is not None and abs(value - 3.14159) < 0.01, log
     placed = {name_of(p): p["spec"]["nodeName"] for p in node_e2e.workers("pi")}
     assert sorted(placed.values()) == NODES, placed
+
+
+@pytest.mark.parametrize("impl", ["openmpi", "mpich", "intel"])
+def test_ranks_run_on_distinct_nodes(node_e2e: NodeE2E, impl: str) -> None:
+    job, log = node_e2e.run(one_worker_per_node(impl))
+    assert_one_rank_per_node(node_e2e, job, log)
+
+
+@pytest.mark.gang
+def test_pi_runs_under_a_gang_on_the_real_nodes(node_e2e: NodeE2E) -> None:
+    """--gang-scheduling=kubernetes: the real kube-scheduler places the workers as one gang through the
+    Workload API (every worker carries the reference), and the ranks run across the nodes."""
+    with node_e2e.operator.with_flags("--gang-scheduling=kubernetes"):
+        job, log = node_e2e.run(one_worker_per_node("openmpi"))
+    assert_one_rank_per_node(node_e2e, job, log)
+    refs = [p["spec"].get("workloadRef") for p in node_e2e.workers("pi")]
+    assert refs == [{"name": "pi", "podGroup": "workers"}] * REAL_NODES, refs
+    assert "GangScheduled" not in {c["type"] for c in job["status"]["conditions"]}  # placed at once
 
 
 def test_node_kill_ends_that_node_only_and_it_comes_back(node_e2e: NodeE2E) -> None:

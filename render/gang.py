@@ -11,6 +11,7 @@ The condition appears only when there is something to say, so a gang placed at o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from render import conditions as cond
@@ -24,8 +25,11 @@ from render.observed import (
     Observed,
     condition,
     is_controlled_by,
+    is_terminating,
     node_name,
+    view,
 )
+from render.timeutil import parse_time
 
 GANG_SCHEDULED = "GangScheduled"
 REASON_UNAVAILABLE = "GangSchedulingUnavailable"
@@ -33,6 +37,10 @@ REASON_UNSCHEDULABLE = "GangUnschedulable"
 REASON_SCHEDULED = "GangScheduled"
 # The PodGroup's condition that says whether the scheduler could place it (v1alpha2, then v1beta1).
 _GROUP_SCHEDULED = ("PodGroupScheduled", "PodGroupInitiallyScheduled")
+
+# How long the scheduler may hold a gang's workers without a word before the operator speaks for it:
+# longer than creating a job's children takes, so a job being created says nothing.
+SILENCE = timedelta(seconds=10)
 
 SetCondition = Callable[[str, str, str, str], None]
 
@@ -81,6 +89,8 @@ def gang_condition(
         if stuck:
             pod, c = stuck[0]
             why = f"pod {(pod.get('metadata') or {}).get('name', '')}: {_words(c)}"
+    if not why:
+        why, _ = _silence(job, workers, observed, config)
     if why:
         setc(
             GANG_SCHEDULED,
@@ -96,6 +106,45 @@ def gang_condition(
             REASON_SCHEDULED,
             f"All {job.worker_replicas} workers of MPIJob {ns_name} are placed.",
         )
+
+
+def _silence(
+    job: MPIJob, workers: list[dict[str, Any]], observed: Observed, config: Config
+) -> tuple[str, datetime | None]:
+    """Where the scheduler holds the gang without a word (its gang object missing, fewer workers than
+    minCount): the operator's words once its workers have waited SILENCE, else when to look again."""
+    unbound = [p for p in workers if not node_name(p) and not is_terminating(p)]
+    created = [t for p in unbound if (t := parse_time((p.get("metadata") or {}).get("creationTimestamp")))]
+    if not created:
+        return "", None
+    missing = [
+        kind
+        for kind in workload.kinds(config)
+        if not is_controlled_by(observed.get(kind, job.name) or {}, job.uid)
+    ]
+    present = sum(1 for p in workers if not is_terminating(p))
+    if missing:
+        why = f"{missing[0]} {job.name} does not exist, and the scheduler holds the workers until it does"
+    elif present < workload.min_count(job):
+        need = workload.min_count(job)
+        why = f"only {present} of the {need} workers the gang needs exist, and the scheduler holds them"
+        why += " until the rest do"
+    else:
+        return "", None
+    speak_at = min(created) + SILENCE
+    return (why, None) if observed.now >= speak_at else ("", speak_at)
+
+
+def next_word(job: MPIJob, status: Mapping[str, Any], observed: Observed, config: Config) -> datetime | None:
+    """When the operator speaks for a silent scheduler (``_silence``), if that is still to come."""
+    if config.gang_scheduling != names.KUBERNETES_GANG or not workload.enabled(config):
+        return None
+    conds = cond.clean(status.get("conditions"))
+    if cond.is_finished(conds) or job.suspended or job.worker_replicas == 0:
+        return None
+    v = view(observed, job, [])  # the workers only: conflicts are status' business
+    workers = [p for i, p in sorted(v.workers.items()) if i < job.worker_replicas]
+    return _silence(job, workers, observed, config)[1]
 
 
 def _words(c: Mapping[str, Any]) -> str:

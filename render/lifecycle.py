@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from render import conditions as cond
-from render import failures, nodes
+from render import failures, gang, nodes
 from render.api import Config, MPIJob
 from render.errors import ValidationError
 from render.observed import Observed
@@ -47,7 +47,7 @@ def next_wakeup(
 ) -> datetime | None:
     """The earliest future moment at which the job changes by time alone (deadline, TTL, or with
     `observed` the end of a failed worker's back-off, and with `config` too a lost node's workers due to
-    be force-deleted), else None."""
+    be force-deleted, and when the operator speaks for a scheduler silent about a gang), else None."""
     job = _job(mpijob)
     if job is None or job.managed_externally:
         return None
@@ -64,8 +64,11 @@ def next_wakeup(
         if replace is not None:
             moments.append(replace)
     if observed is not None and config is not None:
-        force = nodes.next_force_deletion(job, status, observed, config)
-        if force is not None:
-            moments.append(force)
+        for moment in (
+            nodes.next_force_deletion(job, status, observed, config),
+            gang.next_word(job, status, observed, config),
+        ):
+            if moment is not None:
+                moments.append(moment)
     future = [m for m in moments if m > now]
     return min(future) if future else None

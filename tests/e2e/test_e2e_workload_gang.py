@@ -17,7 +17,7 @@ import pytest
 from localcluster import LocalCluster
 from localcluster.nodes import fake_node
 from localcluster.operator import OperatorRunner
-from reconcile.runtime.kube import NODE, WORKLOAD_V1ALPHA1, ApiError, Kube
+from reconcile.runtime.kube import NODE, WORKLOAD_V1ALPHA1, ApiError, Kube, Resource
 from render.gang import GANG_SCHEDULED, REASON_UNSCHEDULABLE
 from tests.e2e.support import E2E, HOLD, Placements, condition_is, conditions, wait_unschedulable
 from tests.utils import pi_job
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.l2, pytest.mark.gang]
 POOL = "mpijob.dev/pool"
 GANG_POOL = "gang"
 NODES = ("gang-0", "gang-1")
+RESOURCE_QUOTA = Resource("v1", "ResourceQuota", "resourcequotas")
 WORKLOAD = WORKLOAD_V1ALPHA1  # the local cluster's Kubernetes minor serves this version
 
 
@@ -140,3 +141,26 @@ def test_gang_larger_than_the_cluster_binds_nothing_and_says_why(
         e2e.delete("big")
         e2e.wait_gone("big")
     assert seen.bound_ever == {"big": set()}
+
+
+def test_where_the_scheduler_is_silent_the_job_says_why(
+    e2e: E2E, gang_nodes: tuple[str, ...], gang_operator: OperatorRunner
+) -> None:
+    """A quota lets 2 of 3 workers exist: the scheduler holds them without a word (fewer pods than
+    minCount), so the operator says it; once the quota goes, the third comes and the gang runs."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods"}}
+    quota["spec"] = {"hard": {"pods": "2"}}
+    e2e.kube.create(RESOURCE_QUOTA, e2e.ns, quota)
+    with Placements(e2e.kube, e2e.ns, {"q": 3}) as seen:
+        e2e.submit(gang_job("q", 3))
+        job = e2e.wait_condition("q", GANG_SCHEDULED, "False", timeout=90)
+        gang = conditions(job)[GANG_SCHEDULED]
+        assert gang["reason"] == REASON_UNSCHEDULABLE, gang
+        assert "only 2 of the 3 workers the gang needs exist" in gang["message"], gang
+        assert seen.bound_ever == {"q": set()}
+        e2e.kube.delete(RESOURCE_QUOTA, e2e.ns, "pods")
+        e2e.wait_condition("q", "Running", timeout=120)
+        e2e.release_launcher("q")
+        assert condition_is(e2e.wait_finished("q"), "Succeeded"), e2e.describe("q")
+    assert seen.violations == [] and seen.bound_ever == {"q": {f"q-worker-{i}" for i in range(3)}}
+    assert conditions(e2e.get("q"))[GANG_SCHEDULED]["reason"] == "GangScheduled"

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.kube import ApiError
-from render import Config, events, render, status
+from render import Config, events, next_wakeup, render, status
 from render.gang import GANG_SCHEDULED, REASON_SCHEDULED, REASON_UNAVAILABLE, REASON_UNSCHEDULABLE
 from tests.unit.golden_cases import GOLDEN
-from tests.unit.render_helpers import by_kind, job, launcher, observed, owner, run_cli, ts, worker
+from tests.unit.render_helpers import NOW, by_kind, job, launcher, observed, owner, run_cli, ts, worker
 
 V1ALPHA1 = "scheduling.k8s.io/v1alpha1"
 GANG = Config(gang_scheduling="kubernetes", workload_api=V1ALPHA1)
@@ -260,3 +261,31 @@ def test_the_pod_groups_own_words_come_first():
     pending[1]["spec"] = {}
     c = gang_condition(status(job(), observed(live_template_workload(V1BETA1, 2), *pending), config))
     assert c is not None and c["reason"] == REASON_UNAVAILABLE and "spec.schedulingGroup" in c["message"]
+
+
+def test_where_the_scheduler_is_silent_the_operator_speaks_after_a_while():
+    j = job()
+    j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
+    waiting = [gang_worker(i, "Pending", node="") for i in range(2)]  # the third could not be created
+    for p in waiting:
+        p["metadata"]["creationTimestamp"] = ts(5)
+    world = observed(live_workload(3), *waiting, launcher())
+    st = status(j, world, GANG)
+    assert gang_condition(st) is None  # a job being created says nothing
+    assert next_wakeup(j, st, NOW, world, GANG) == NOW + timedelta(seconds=5)
+    later = observed(live_workload(3), *waiting, launcher(), now=NOW + timedelta(seconds=5))
+    c = gang_condition(status(j, later, GANG))
+    assert c is not None and (c["status"], c["reason"]) == ("False", REASON_UNSCHEDULABLE)
+    assert c["message"].endswith(
+        "only 2 of the 3 workers the gang needs exist, and the scheduler holds them until the rest do"
+    )
+
+    three = [*waiting, gang_worker(2, "Pending", node="")]
+    three[2]["metadata"]["creationTimestamp"] = ts(5)
+    no_workload = observed(*three, launcher(), now=NOW + timedelta(seconds=5))
+    c = gang_condition(status(j, no_workload, GANG))
+    assert c is not None and "Workload pi does not exist, and the scheduler holds the workers" in c["message"]
+    # with every object and worker there, waiting without a word is the scheduler's business
+    quiet = observed(live_workload(3), *three, now=NOW + timedelta(seconds=60))
+    assert gang_condition(status(j, quiet, GANG)) is None
+    assert next_wakeup(j, st, NOW, observed(live_workload(3), *three), GANG) is None

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from reconcile.engine.semantics import is_zero
-from render import Config, Observed, SSHKey
+from render import Config, Observed, SSHKey, names
 from render import status as render_status
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -145,7 +145,8 @@ def mpijobs(draw: st.DrawFn, max_workers: int = 12) -> dict[str, Any]:
 configs = st.builds(
     Config,
     cluster_domain=st.sampled_from(["", "cluster.local", "corp.example"]),
-    gang_scheduling=st.sampled_from(["", "volcano", "scheduler-plugins-scheduler"]),
+    gang_scheduling=st.sampled_from(["", "volcano", "scheduler-plugins-scheduler", "kubernetes"]),
+    workload_api=st.sampled_from(["", *names.WORKLOAD_API_VERSIONS]),
 )
 
 

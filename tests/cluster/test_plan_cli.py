@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from reconcile.runtime.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
+from tests.cluster.support import plan
 from tests.utils import REPO, has_condition, pi_job, wait_for
 
 pytestmark = pytest.mark.l1
@@ -23,18 +24,6 @@ DIFF_ONE_LINER = (
     '<(kubectl get pods,jobs,services,configmaps,secrets -n "$NS" '
     '-l training.kubeflow.org/job-name="$JOB" -o yaml))'
 )
-
-
-def plan(kubeconfig: Path, *args: str) -> tuple[int, dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reconcile.cli", "plan", "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, yaml.safe_load(proc.stdout)
 
 
 def children(kube, ns: str) -> list[str]:

@@ -17,7 +17,7 @@ from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import EVENT, JOB, MPIJOB, POD, WORKLOAD_V1ALPHA1, Kube
 from render.gang import GANG_SCHEDULED, REASON_UNAVAILABLE
-from tests.cluster.support import kubectl
+from tests.cluster.support import kubectl, plan
 from tests.utils import pi_job, wait_for
 from tools.crdgen.build import CRD_PATH
 
@@ -42,18 +42,27 @@ def set_workers(kube: Kube, namespace: str, count: int) -> None:
 
 
 def test_the_workload_follows_the_worker_count(
-    kube: Kube, namespace: str, start_operator: Callable[..., OperatorRunner]
+    kube: Kube, namespace: str, start_operator: Callable[..., OperatorRunner], l1_cluster: LocalCluster
 ) -> None:
-    start_operator("--gang-scheduling=kubernetes")
     body = pi_job(workers=3)
     body["metadata"]["namespace"] = namespace
     kube.create(MPIJOB, namespace, body)
+    # `mpijob plan` asks the cluster which version it serves, as the operator does, and writes nothing
+    code, report = plan(l1_cluster.kubeconfig, "--gang-scheduling=kubernetes", f"{namespace}/pi")
+    assert code == 1 and f"Workload.scheduling.k8s.io {namespace}/pi" in [
+        c["object"] for c in report["plan"]["creates"]
+    ]
+    start_operator("--gang-scheduling=kubernetes")
     first = wait_for(lambda: kube.get(WORKLOAD_V1ALPHA1, namespace, "pi"), "the Workload")
     assert min_count(first) == 3
     pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
     assert [p["spec"].get("workloadRef") for p in pods] == [REF] * 3
     launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "the launcher Job")
     assert "workloadRef" not in launcher["spec"]["template"]["spec"]
+    wait_for(
+        lambda: plan(l1_cluster.kubeconfig, "--gang-scheduling=kubernetes", f"{namespace}/pi")[0] == 0,
+        "a plan with nothing to write",
+    )
 
     # Fewer workers: the Workload's pod groups are immutable, so it is replaced (same name, new object);
     # the workers that stay keep their reference and are not re-created.

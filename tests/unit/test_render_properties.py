@@ -142,15 +142,31 @@ def test_lifecycle_rules(scenario):
     workers = [c for c in children if c["kind"] == "Pod"]
     if job["spec"].get("runPolicy", {}).get("suspend") and not finished:
         assert workers == []
-        assert "PodGroup" not in kinds
+        assert "PodGroup" not in kinds and "Workload" not in kinds
         assert [c["spec"]["suspend"] for c in children if c["kind"] == "Job"] == [True]
     if finished:
-        assert "PodGroup" not in kinds
+        assert "PodGroup" not in kinds and "Workload" not in kinds
         assert all(("Pod", w["metadata"]["name"]) in live_names for w in workers)
     launcher = f"{job['metadata']['name']}-launcher"
     live_launcher = any(o["kind"] == "Job" and o["metadata"]["name"] == launcher for o in observed.objects)
     if live_launcher:
         assert "Job" in kinds, "an existing launcher Job must always be rendered (or it would be deleted)"
+
+
+@FAST
+@given(s.scenarios())
+def test_only_workers_join_a_kubernetes_gang(scenario):
+    """With the Workload API every worker carries the served version's reference, the launcher never."""
+    job, observed, config = scenario
+    children = render(job, observed, config)
+    refs = {"workloadRef", "schedulingGroup"}
+    for launcher in (c for c in children if c["kind"] == "Job"):
+        assert not refs & set(launcher["spec"]["template"]["spec"])
+    workers = [c for c in children if c["kind"] == "Pod"]
+    gang = config.gang_scheduling == "kubernetes" and config.workload_api != ""
+    field = "workloadRef" if config.workload_api.endswith("v1alpha1") else "schedulingGroup"
+    for w in workers:
+        assert set(w["spec"]) & refs == ({field} if gang else set()), (config, w["spec"].keys() & refs)
 
 
 @settings(max_examples=200, deadline=None)

@@ -68,12 +68,17 @@ def wanted_names(job: MPIJob, config: Config) -> list[tuple[str, str]]:
         ("Secret", names.ssh_secret_name(job.name)),
         ("Job", names.launcher_name(job.name)),
     ]
-    if config.gang_scheduling == names.KUBERNETES_GANG:
-        wanted += [(kind, job.name) for kind in workload.kinds(config)]
-    elif config.gang_scheduling:
-        wanted.append((KIND_PODGROUP, job.name))
+    wanted += gang_children(job, config)
     wanted += [("Pod", names.worker_name(job.name, i)) for i in range(job.worker_replicas)]
     return wanted
+
+
+def gang_children(job: MPIJob, config: Config) -> list[tuple[str, str]]:
+    """(kind, name) of the job's gang-scheduling children: the PodGroup, or the Workload API's objects
+    (only for a job with workers)."""
+    if config.gang_scheduling == names.KUBERNETES_GANG:
+        return [(kind, job.name) for kind in workload.kinds(config)] if workload.wanted(job, config) else []
+    return [(KIND_PODGROUP, job.name)] if config.gang_scheduling else []
 
 
 def _started(launcher: Mapping[str, Any]) -> bool:
@@ -94,13 +99,8 @@ def children_created(job: MPIJob, config: Config, observed: Observed, v: JobView
         (KIND_CONFIGMAP, names.config_name(job.name)),
         (KIND_SECRET, names.ssh_secret_name(job.name)),
     ]
-    if job.suspended:  # a suspended job has no PodGroup (as upstream) or Workload
-        pass
-    elif config.gang_scheduling == names.KUBERNETES_GANG:
-        if workload.wanted(job, config):
-            wanted += [(kind, job.name) for kind in workload.kinds(config)]
-    elif config.gang_scheduling:
-        wanted.append((KIND_PODGROUP, job.name))
+    if not job.suspended:  # a suspended job has no PodGroup (as upstream) or Workload
+        wanted += gang_children(job, config)
     for kind, name in wanted:
         obj = observed.get(kind, name)
         if obj is None or not is_controlled_by(obj, job.uid):

@@ -34,7 +34,13 @@ from reconcile.mpijob.decide import (
 )
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
-from reconcile.mpijob.policy import CHILD_SELECTOR, CREATE_RULES, FIELD_MANAGER, gang_resources
+from reconcile.mpijob.policy import (
+    CHILD_SELECTOR,
+    CREATE_RULES,
+    FIELD_MANAGER,
+    gang_resources,
+    reads_priority_classes,
+)
 from reconcile.mpijob.syncstate import condition_true, moot_child_event, status_changed
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
@@ -125,7 +131,7 @@ class Controller:
         self.gang_resources = gang_resources(config)
         for res in self.gang_resources:
             self.children[res] = informer(res)
-        if config.gang_scheduling and config.gang_scheduling != names.KUBERNETES_GANG:  # minResources
+        if reads_priority_classes(config):
             self.priority_classes: Informer | None = informer(PRIORITY_CLASS, None)
         else:
             self.priority_classes = None

@@ -25,7 +25,7 @@ import render
 from reconcile.engine import managedfields
 from reconcile.mpijob.decide import Action, decide, needs_fresh_key
 from reconcile.mpijob.memory import JobMemory
-from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resources
+from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resources, reads_priority_classes
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.informer import controller_ref
 from reconcile.runtime.kube import (
@@ -101,7 +101,7 @@ def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str,
         held.setdefault("apiVersion", by_kind[kind].api_version)
         held.setdefault("kind", kind)
         out.append(held)
-    if config.gang_scheduling and config.gang_scheduling != names.KUBERNETES_GANG:  # PodGroup minResources
+    if reads_priority_classes(config):
         out += kube.list(PRIORITY_CLASS)["items"]
     return [managedfields.slim(o) for o in out]
 

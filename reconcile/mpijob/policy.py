@@ -77,3 +77,9 @@ def gang_resources(config: render.Config) -> tuple[Resource, ...]:
     if not config.gang_scheduling:
         return ()
     return (VOLCANO_PODGROUP if config.gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP,)
+
+
+def reads_priority_classes(config: render.Config) -> bool:
+    """A PodGroup's minResources weighs pods by PriorityClass (Volcano, scheduler-plugins); Kubernetes'
+    Workload API has no such field."""
+    return bool(config.gang_scheduling) and config.gang_scheduling != names.KUBERNETES_GANG

@@ -7,7 +7,7 @@ namespace per test.
 
 Both are `localcluster.LocalCluster` objects: `.kubeconfig`, `.api_client()`, `.bin_dir`, `.server`,
 `.env()`, `.write_user_kubeconfig(user, groups)`. Missing binaries make these fixtures fail, never skip;
-only `--skip-cluster` or MPIJOB_SKIP_CLUSTER=1 skips the L1/L2 tests.
+only `--skip-cluster` or MPIJOB_SKIP_CLUSTER=1 skips the L1/L2 tests and the tools tier (tests/tools).
 
 Every operator a test starts (`localcluster.operator.OperatorRunner`, session ones included) is checked
 right after the test and after its teardown: an exit nobody asked for, a non-zero code after SIGTERM or a
@@ -69,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--skip-cluster",
         action="store_true",
         default=False,
-        help=f"skip the L1/L2 tests that need the local control plane (or {SKIP_ENV}=1); CI never does",
+        help=f"skip the tests needing the Go-built tools or a local cluster (or {SKIP_ENV}=1); CI never does",
     )
 
 
@@ -122,7 +122,7 @@ def _mark_tiers(config: pytest.Config, items: list[pytest.Item]) -> None:
         for fixture, tier in TIER_FIXTURES.items():
             if fixture in fixtures and item.get_closest_marker(tier) is None:
                 item.add_marker(getattr(pytest.mark, tier))
-        if _skip_cluster(config) and (item.get_closest_marker("l1") or item.get_closest_marker("l2")):
+        if _skip_cluster(config) and any(item.get_closest_marker(m) for m in ("tools", "l1", "l2")):
             item.add_marker(skip)
 
 

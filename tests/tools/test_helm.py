@@ -3,48 +3,45 @@
 `helm template` with the chart's defaults must equal `kubectl kustomize deploy/` object for object (less
 the Namespace, which a Helm release's namespace cannot be part of), and its crds/ must be deploy/crd's
 file: a change to deploy/ that the chart does not follow fails here. helm is built from the Go module proxy
-by deploy/helm/build.sh (scripts/setup runs it; cached per machine).
+by deploy/helm/build.sh (scripts/setup runs it; cached per machine); the dashboard ships off by default.
 """
 
 from __future__ import annotations
 
-import subprocess
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from localcluster.binaries import find_bin_dir
 from reconcile import flags
+from tests.tools.conftest import Objects, documents
+
+pytestmark = pytest.mark.tools
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "mpi-operator"
+DASHBOARD = REPO / "deploy" / "grafana" / "mpijob-operator.json"
 
 
-def helm() -> str:
-    out = subprocess.run([str(REPO / "deploy/helm/build.sh")], capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+@pytest.fixture
+def helm_template(helm: Path) -> Callable[..., Objects]:
+    def template(*args: str, namespace: str = "mpi-operator") -> Objects:
+        return documents(
+            [
+                str(helm),
+                "template",
+                "mpi-operator",
+                str(CHART),
+                "--namespace",
+                namespace,
+                "--include-crds",
+                *args,
+            ]
+        )
 
-
-def helm_template(*args: str, namespace: str = "mpi-operator") -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [helm(), "template", "mpi-operator", str(CHART), "--namespace", namespace, "--include-crds", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [str(find_bin_dir() / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return template
 
 
 def by_key(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -55,13 +52,7 @@ def deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
     return by_key(objs)[("Deployment", "mpi-operator")]
 
 
-def test_crds_are_deploys():
-    assert (CHART / "crds" / "kubeflow.org_mpijobs.yaml").read_bytes() == (
-        REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
-    ).read_bytes(), "copy deploy/crd/kubeflow.org_mpijobs.yaml to deploy/helm/mpi-operator/crds/"
-
-
-def test_defaults_render_what_kustomize_installs():
+def test_defaults_render_what_kustomize_installs(helm_template, kustomize):
     chart = by_key(helm_template())
     kust = by_key(kustomize(REPO / "deploy"))
     del kust[("Namespace", "mpi-operator")]
@@ -70,7 +61,7 @@ def test_defaults_render_what_kustomize_installs():
         assert chart[key] == want, key
 
 
-def test_kubeflow_namespace_matches_the_kubeflow_overlay():
+def test_kubeflow_namespace_matches_the_kubeflow_overlay(helm_template, kustomize):
     chart = by_key(helm_template(namespace="kubeflow"))
     kust = by_key(kustomize(REPO / "deploy" / "overlays" / "kubeflow"))
     # kustomize's namespace transformer does not know FlowSchema is cluster-scoped; the API server drops
@@ -79,7 +70,7 @@ def test_kubeflow_namespace_matches_the_kubeflow_overlay():
     assert chart == kust
 
 
-def test_values():
+def test_values(helm_template):
     objs = helm_template(
         "--set",
         "image.repository=registry.example/mpijob-operator,image.tag=1.2.3,image.pullPolicy=Always",
@@ -113,8 +104,17 @@ def test_values():
 
 
 @pytest.mark.parametrize("port", [9090])
-def test_monitoring_port(port):
+def test_monitoring_port(port, helm_template):
     (c,) = deployment(helm_template("--set", f"monitoring.port={port}"))["spec"]["template"]["spec"][
         "containers"
     ]
     assert f"--monitoring-port={port}" in c["args"] and c["ports"][0]["containerPort"] == port
+
+
+def test_the_dashboard_ships_off_by_default(helm_template):
+    assert not [o for o in helm_template() if o["kind"] == "ConfigMap"]
+    objs = helm_template("--set", "grafanaDashboard.enabled=true", namespace="monitoring")
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert json.loads(cm["data"]["mpijob-operator.json"]) == json.loads(DASHBOARD.read_text())

@@ -1,4 +1,44 @@
+"""The offline tier: only the Python environment. A unit test that starts a Go-built tool, Go itself or a
+build script fails (the tools tier, tests/tools, is where those belong); `--update-golden` is refused
+under CI, where a snapshot may only be compared."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from tests.conftest import CI_ENV
+
+# What scripts/setup builds or fetches from the Go module proxy, by the name it is started by.
+NOT_OFFLINE = frozenset({"go", "helm", "kubectl", "kube-apiserver", "etcd", "kwok", "build.sh"})
+_guarded = False
+
+
+def _refuse_go_tools(event: str, args: tuple[object, ...]) -> None:
+    if not _guarded or event != "subprocess.Popen":
+        return
+    executable, argv = args[0], args[1]
+    first = argv[0] if isinstance(argv, list | tuple) and argv else argv
+    for name in (executable, first):
+        if isinstance(name, str | bytes | os.PathLike) and Path(os.fsdecode(name)).name in NOT_OFFLINE:
+            raise RuntimeError(f"the offline tier runs no {os.fsdecode(name)}: such tests go in tests/tools")
+
+
+sys.addaudithook(_refuse_go_tools)
+
+
+@pytest.fixture(autouse=True)
+def _offline() -> Iterator[None]:
+    global _guarded
+    _guarded = True
+    try:
+        yield
+    finally:
+        _guarded = False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -6,8 +46,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--update-golden",
         action="store_true",
         default=False,
-        help="rewrite the expected files under golden/ from the current render output",
+        help="rewrite the expected files under golden/ from the current render output (refused under CI)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--update-golden") and os.environ.get(CI_ENV, "") not in ("", "0"):
+        raise pytest.UsageError(f"{CI_ENV} is set: CI compares the goldens, it never rewrites them")
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import hypothesis
+import pytest
 
 from tests.conftest import HYPOTHESIS_SEED, NARROWING_ENV
 
@@ -140,3 +141,24 @@ def test_under_ci_hypothesis_runs_with_a_fixed_printed_seed(tmp_path: Path) -> N
     assert {line for line in fresh[0].stdout.splitlines() if line.startswith("drew")} != {
         line for line in fresh[1].stdout.splitlines() if line.startswith("drew")
     }
+
+
+def test_under_ci_update_golden_is_a_usage_error() -> None:
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q", "--update-golden"]
+    proc = subprocess.run(
+        [*argv, "tests/unit/test_golden.py"],
+        cwd=REPO,
+        env=_env(MPIJOB_CI="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "never rewrites them" in proc.stderr
+
+
+def test_the_offline_tier_runs_no_go_built_tool() -> None:
+    for argv in (["go", "version"], [str(REPO / "deploy/helm/build.sh")], ["/opt/bin/kubectl", "version"]):
+        with pytest.raises(RuntimeError, match="tests/tools"):
+            subprocess.run(argv, capture_output=True, timeout=10)
+    assert subprocess.run([sys.executable, "-c", "pass"], timeout=60).returncode == 0

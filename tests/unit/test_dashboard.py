@@ -15,10 +15,10 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from reconcile.mpijob.metrics import Metrics
 from render.phases import PHASES
-from tests.unit.test_helm import CHART, helm_template
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "mpijob-operator.json"
+CHART = REPO / "deploy" / "helm" / "mpi-operator"
 # Labels every Prometheus scrape adds to a target's series.
 TARGET_LABELS = frozenset({"job", "instance"})
 # Grafana's variables, as a query has them substituted.
@@ -151,12 +151,3 @@ def test_the_dashboard_shows_what_operators_ask_for():
     ids = [p["id"] for p in panels(d)]
     assert len(ids) == len(set(ids))
     assert any(p["type"] == "heatmap" for p in panels(d))
-
-
-def test_helm_ships_the_dashboard_off_by_default():
-    assert not [o for o in helm_template() if o["kind"] == "ConfigMap"]
-    objs = helm_template("--set", "grafanaDashboard.enabled=true", namespace="monitoring")
-    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
-    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert cm["metadata"]["namespace"] == "monitoring"
-    assert json.loads(cm["data"]["mpijob-operator.json"]) == dashboard()

@@ -1,57 +1,10 @@
-"""Flags: every flag of upstream v0.8.2's binary (read from its source) in every Go form; no abbreviations."""
+"""Flags in Go's forms, no abbreviations, klog's flags, defaults (upstream's own flag list: tests/tools)."""
 
 from __future__ import annotations
 
 import pytest
 
 from reconcile import flags
-from tests.upstream_source import upstream_flags
-
-# a value for each flag that is not a plain string, int or bool in Go
-SAMPLES = {"v": "3", "stderrthreshold": "WARNING", "alsologtostderrthreshold": "ERROR", "vmodule": "x=2"}
-SAMPLES["log_backtrace_at"] = "main.go:10"
-EXPECTED = {"v": 3, "stderrthreshold": "WARNING", "alsologtostderrthreshold": "ERROR"}
-
-
-def dest(name: str) -> str:
-    return "kubeconfig" if name == "kubeConfig" else name.replace("-", "_")
-
-
-def value_forms(name: str, kind: str) -> list[tuple[list[str], object]]:
-    if kind == "Bool":
-        default = getattr(flags.parse([]), dest(name))
-        flipped = "false" if default else "true"
-        forms = [
-            ([f"-{name}=false"], False),
-            ([f"--{name}=true"], True),
-            ([f"-{name}={flipped}"], not default),
-        ]
-        return [*forms, ([f"-{name}"], True), ([f"--{name}"], True)]
-    text = SAMPLES.get(name, "7" if kind in ("Int", "Uint64") else "some-value")
-    want = EXPECTED.get(name, int(text) if kind in ("Int", "Uint64") else text)
-    return [
-        ([f"-{name}={text}"], want),
-        ([f"-{name}", text], want),
-        ([f"--{name}={text}"], want),
-        ([f"--{name}", text], want),
-    ]
-
-
-def test_upstream_has_the_flags_we_expect_to_find():
-    found = upstream_flags()
-    assert {"kubeConfig", "threadiness", "monitoring-port", "lock-namespace", "cluster-domain"} <= set(found)
-    assert {"v", "alsologtostderr", "logtostderr", "log_file", "vmodule", "stderrthreshold"} <= set(found)
-    assert len(found) >= 28
-
-
-@pytest.mark.parametrize(("name", "kind"), sorted(upstream_flags().items()))
-def test_every_upstream_flag_in_every_go_form(name, kind):
-    if name == "version":  # it exits; its parsing is checked here
-        assert flags.parse(["-version"]).version and flags.parse(["--version=true"]).version
-        return
-    for argv, want in value_forms(name, kind):
-        got = getattr(flags.parse(argv), dest(name))
-        assert got == want, (argv, got)
 
 
 def test_go_values():

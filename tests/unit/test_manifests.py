@@ -5,7 +5,6 @@ What needs an API server (admission, CEL evaluation, defaulting) is in tests/clu
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ import pytest
 from reconcile import flags
 from reconcile.runtime import kube
 from tests.unit.deploy_files import CRD_FILE, _grants, _objects, _one
-from tools.crdgen import build as crdbuild
 from tools.crdgen.k8s_schema import Converter
 from tools.manifests import DEPLOY, REPO, kustomization_files, load_yaml_documents
 
@@ -26,7 +24,7 @@ NAMESPACE = "mpi-operator"
 
 # --------------------------------------------------------------------------------------------- loading
 def _manifest_files() -> list[Path]:
-    # deploy/local is the control plane, deploy/helm a chart of templates (tests/unit/test_helm.py)
+    # deploy/local is the control plane, deploy/helm a chart of templates (tests/tools/test_helm.py)
     return sorted(
         p for p in DEPLOY.rglob("*.yaml") if p.relative_to(DEPLOY).parts[0] not in ("local", "helm")
     )
@@ -406,20 +404,11 @@ def test_status_schema(schema):
         assert _at(schema, f"status.{field}")["format"] == "date-time"
 
 
-def test_crd_file_is_what_the_generator_writes_for_the_pinned_kubernetes():
-    """Drift check. The spec comes with the control plane's Go modules: only --skip-cluster skips it."""
-    skip = os.environ.get("MPIJOB_SKIP_CLUSTER", "") not in ("", "0")
-    try:
-        src = crdbuild.k8s_src_dir()
-    except Exception as exc:  # any failure to locate the spec is reported the same way
-        if skip:
-            pytest.skip(f"Kubernetes module not available and MPIJOB_SKIP_CLUSTER set: {exc}")
-        raise AssertionError(
-            f"cannot locate the Kubernetes OpenAPI spec (deploy/local/build.sh): {exc}"
-        ) from exc
-    assert crdbuild.spec_path(src).is_file(), src
-    assert crdbuild.render_crd_yaml(src) == CRD_FILE.read_text(encoding="utf-8"), (
-        "deploy/crd/kubeflow.org_mpijobs.yaml is stale: run python deploy/gen_crd.py"
+def test_crds_are_deploys():
+    assert (
+        DEPLOY / "helm" / "mpi-operator" / "crds" / "kubeflow.org_mpijobs.yaml"
+    ).read_bytes() == CRD_FILE.read_bytes(), (
+        "copy deploy/crd/kubeflow.org_mpijobs.yaml to deploy/helm/mpi-operator/crds/"
     )
 
 
@@ -671,41 +660,6 @@ def test_dockerfile_builds_a_non_root_image_of_the_operator(deployment):
     # The operator's packages are copied in: the entry point's and render (which reconcile imports).
     for package in {entry.split(".")[0], "render"}:
         assert f"COPY {package} ./{package}" in text
-
-
-# ------------------------------------------------------------------------------------------ overlays
-def _kustomize(path: Path) -> list[dict[str, Any]]:
-    import subprocess
-
-    import yaml
-
-    from localcluster.binaries import find_bin_dir
-
-    out = subprocess.run(
-        [str(find_bin_dir() / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def test_standalone_overlay_is_deploy():
-    assert _kustomize(DEPLOY / "overlays" / "standalone") == _kustomize(DEPLOY)
-
-
-def test_kubeflow_overlay_moves_everything_to_kubeflow_and_leaves_its_namespace_alone():
-    objs = _kustomize(DEPLOY / "overlays" / "kubeflow")
-    full = _kustomize(DEPLOY)
-    assert {(o["kind"], o["metadata"]["name"]) for o in full} - {
-        (o["kind"], o["metadata"]["name"]) for o in objs
-    } == {("Namespace", NAMESPACE)}
-    for o in objs:
-        if "namespace" in o["metadata"]:
-            assert o["metadata"]["namespace"] == "kubeflow", o["metadata"]["name"]
-        for subject in o.get("subjects", []):
-            assert subject["namespace"] == "kubeflow"
-    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--lock-namespace=kubeflow" in args and "--lock-namespace=mpi-operator" not in args
 
 
 def test_deployment_selector_is_upstreams():

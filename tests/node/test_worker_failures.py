@@ -47,9 +47,8 @@ def test_a_worker_that_exits_at_start_fails_the_job_within_the_bound(node_e2e: N
     failed = conditions(job).get("Failed")
     assert failed and failed["status"] == "True", node_e2e.describe(name)
     assert failed["reason"] == "WorkerBackoffLimitExceeded", failed
+    # the bound is in failures, not seconds: back-offs of 10, 20, 40 s per index before the 7th failure
     assert creates < 2 + DEFAULT_BACKOFF_LIMIT * 2, creates
-    # back-offs of 10, 20, 40 s per index before the 7th failure, with the pods' own start-up time
-    assert elapsed < 150, elapsed
 
     # The failed pods stay (cleanPodPolicy Running deletes only a replacement not yet failed): their log
     # is what the job says.

@@ -29,13 +29,13 @@ def bomb(levels: int, width: int = 9) -> str:
 
 def test_a_12_line_alias_bomb_is_refused_at_once():
     text = bomb(8)
-    start = time.monotonic()
+    start = time.thread_time()  # this thread's CPU: how busy the machine is does not count
     code, out, err = run_cli(["-", *NOW], stdin=text)
-    elapsed = time.monotonic() - start
+    spent = time.thread_time() - start
     assert code == 2 and out == ""
     limit = f"{MAX_ALIAS_NODES:,}"
     assert err == f"STDIN: aliases expand the input by more than {limit} nodes (an alias bomb?)\n"
-    assert elapsed < 5, elapsed
+    assert spent < 5, spent  # expanding 5 * 9**8 leaves would take minutes
 
 
 def test_the_alias_budget_is_for_the_whole_stream():

@@ -133,22 +133,13 @@ def status(mpijob: Mapping[str, Any] | MPIJob, observed: Observed, config: Confi
     return _compute(job, observed, config, st, now)
 
 
-def _meta(raw: Mapping[str, Any]) -> tuple[str, str]:
-    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
-    meta = meta if isinstance(meta, Mapping) else {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
 def _invalid(raw: Mapping[str, Any], st: dict[str, Any], exc: ValidationError, now: str) -> dict[str, Any]:
-    namespace, name = _meta(raw)
     conds = cond.clean(st.get("conditions"))
     if cond.is_finished(conds):
         st["conditions"] = conds
         return st
-    if not conds:
-        conds = cond.set_condition(
-            conds, cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {namespace}/{name} is created.", now
-        )
+    # No Created: it means every child of the creation exists, and an invalid job has none (as upstream,
+    # which validates before its first status write).
     message = truncate("Found validation errors: " + "; ".join(exc.lines()))
     conds = cond.set_condition(conds, cond.FAILED, cond.TRUE, REASON_VALIDATION, message, now)
     st["conditions"] = cond.state_last(conds)

@@ -6,15 +6,23 @@ Markers (an HTML comment on the line before a fenced block of bash, sh, shell or
   <!-- run: exit N -->    the same, and it must exit N
   <!-- output -->         before the block that follows a run block: exactly what the run prints
   <!-- not run: why -->   not run (it needs a cluster, root or minutes); the reason is required
+
+A `yaml` block of the pages that holds a whole MPIJob (`kind: MPIJob`, `kubeflow.org/v2beta1`, a `spec`
+mapping) must pass `mpijob render`; a `text` block after `<!-- rendered: KEY -->` must be exactly the
+`data.KEY` of the ConfigMap render makes for the MPIJob block above it (KEY: `hostfile`, ...).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -227,3 +235,79 @@ def test_kubectl_diff_line_is_the_one_the_cluster_tier_runs():
 
     line = "JOB=pi NS=default; " + DIFF_ONE_LINER
     assert line in (DOCS / "cli.md").read_text().splitlines()
+
+
+# -- MPIJob manifests in the pages --------------------------------------------------------------------
+RENDERED = re.compile(r"^<!--\s*rendered:\s*(\S+)\s*-->\s*$")
+RENDER_KEY = REPO / "golden" / "_key" / "id_ecdsa.pem"
+
+
+def _mpijob_docs(block: Block) -> list[dict[str, Any]]:
+    """The whole MPIJobs of a yaml block (an excerpt such as `spec: ...` is not one)."""
+    if block.lang != "yaml":
+        return []
+    docs = list(yaml.safe_load_all(block.body))
+    return [
+        d
+        for d in docs
+        if isinstance(d, dict)
+        and d.get("kind") == "MPIJob"
+        and d.get("apiVersion") == "kubeflow.org/v2beta1"
+        and isinstance(d.get("spec"), dict)
+    ]
+
+
+PAGE_BLOCKS = [b for p in sorted(DOCS.rglob("*.md")) for b in blocks(p)]
+MPIJOB_BLOCKS = [b for b in PAGE_BLOCKS if _mpijob_docs(b)]
+
+
+def _rendered_blocks() -> list[tuple[Block, str, Block | None]]:
+    """(text block, its KEY, the MPIJob block above it in the same page)."""
+    out = []
+    for path in sorted(DOCS.rglob("*.md")):
+        lines = path.read_text().splitlines()
+        above: Block | None = None
+        for b in blocks(path):
+            m = RENDERED.match(lines[b.line - 2]) if b.line >= 2 else None
+            if m:
+                out.append((b, m.group(1), above))
+            if _mpijob_docs(b):
+                above = b
+    return out
+
+
+def _render(block: Block, tmp_path: Path) -> list[dict[str, Any]]:
+    from render.cli import main as render_main
+
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(block.body)
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["-f", str(manifest), "-o", "json", "--now", "2026-01-01T00:00:00Z", "--ssh-key", str(RENDER_KEY)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = render_main(argv)
+    assert code == 0, f"{block}: mpijob render exits {code}:\n{err.getvalue()}"
+    return json.loads(out.getvalue())["items"]
+
+
+def test_some_pages_show_mpijobs():
+    assert len(MPIJOB_BLOCKS) >= 3, MPIJOB_BLOCKS
+
+
+@pytest.mark.parametrize("block", MPIJOB_BLOCKS, ids=repr)
+def test_mpijob_manifest_renders(block: Block, tmp_path: Path):
+    children = _render(block, tmp_path)
+    assert {c["kind"] for c in children} >= {"Service", "ConfigMap", "Job"}, block
+
+
+@pytest.mark.parametrize("case", _rendered_blocks(), ids=lambda c: repr(c[0]) if isinstance(c, tuple) else "")
+def test_rendered_block_is_what_render_makes(case: tuple[Block, str, Block | None], tmp_path: Path):
+    block, key, manifest = case
+    assert block.lang == "text", f"{block}: a rendered block is a text block"
+    assert manifest is not None, f"{block}: no MPIJob manifest above it in the page"
+    (job,) = _mpijob_docs(manifest)
+    name = f"{job['metadata']['name']}-config"
+    (config,) = [
+        c for c in _render(manifest, tmp_path) if c["kind"] == "ConfigMap" and c["metadata"]["name"] == name
+    ]
+    assert key in config["data"], f"{block}: the ConfigMap has no {key!r}"
+    assert block.body.strip() == config["data"][key].strip(), f"{block}: not what render writes as {key}"

@@ -47,8 +47,9 @@ from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.processes import Proc, free_port, http_ok, spawn  # noqa: E402
 from localcluster.sandbox import RealCluster  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
-from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
+from tests.e2e.support import E2E, condition_is, operator_runner  # noqa: E402
 from tests.node.jobs import node_job, set_mpirun_args  # noqa: E402
+from tests.utils import kubectl  # noqa: E402
 from tools import dashboard as dash  # noqa: E402
 
 NAMESPACE = "dashboard"

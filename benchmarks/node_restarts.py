@@ -36,8 +36,9 @@ from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.sandbox import RealCluster  # noqa: E402
 from localcluster.sandbox.seal import node_rss_bytes  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
-from tests.e2e.support import E2E, condition_is, kubectl, operator_runner  # noqa: E402
+from tests.e2e.support import E2E, condition_is, operator_runner  # noqa: E402
 from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
+from tests.utils import kubectl  # noqa: E402
 
 
 def running(pods: list[dict]) -> int:
@@ -96,7 +97,7 @@ def main() -> int:
                 if ok:  # the program's own output: one rank per worker
                     pods = e2e.launcher_pods("pi")
                     newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
-                    log = kubectl(cluster, "logs", "-n", ns, newest["metadata"]["name"])
+                    log = kubectl(cluster, "logs", "-n", ns, newest["metadata"]["name"]).stdout
                     ok = rank_hosts(log) == {0: "pi-worker-0", 1: "pi-worker-1"}
                 results.setdefault(impl, []).append((restarts, took, ok))
                 print(

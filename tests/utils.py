@@ -1,8 +1,10 @@
 """Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files).
 
+* ``kubectl``: the one way to run kubectl against a local cluster (a failure raises ``KubectlFailed``);
 * ``wait_for``: the one poll-until-true loop;
 * ``Polling``: the one background poll (a step every 0.2 s while a block runs);
-* ``pi_job``: the one pi MPIJob builder, derived from ``examples/pi.yaml``;
+* ``pi_job``: the pi MPIJob as users run it, derived from ``examples/pi.yaml``; ``minimal_job``: the
+  smallest valid MPIJob, for checks of the API and the differ (every other builder starts from one of them);
 * ``PODGROUP_CRDS``: the one source of the PodGroup CRDs (``tests/crds/``);
 * ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions.
 """
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +28,27 @@ EXAMPLES = REPO / "examples"
 CRDS_DIR = Path(__file__).resolve().parent / "crds"
 PODGROUP_CRD_FILES = sorted(CRDS_DIR.glob("*-podgroup.yaml"))
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+class KubectlFailed(AssertionError):
+    def __init__(self, args: tuple[str, ...], proc: subprocess.CompletedProcess[str]) -> None:
+        super().__init__(f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        self.proc = proc
+
+
+def kubectl(
+    cluster: Any, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The cluster's Go-built kubectl, as admin unless `kubeconfig` is given. A non-zero exit raises
+    KubectlFailed; read `.stdout` (and `.stderr` for warnings) of what it returns."""
+    env = cluster.env()
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    argv = [str(cluster.bin_dir / "kubectl"), *args]
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=180)
+    if proc.returncode != 0:
+        raise KubectlFailed(args, proc)
+    return proc
 
 
 def wait_for(
@@ -113,6 +137,40 @@ IMAGES = {
     "MPICH": "mpioperator/mpi-pi:mpich",
 }
 SSHD = ["/usr/sbin/sshd", "-De"]
+
+
+def minimal_job(
+    name: str = "pi",
+    workers: int | None = 2,
+    *,
+    image: str = "mpi:latest",
+    containers: tuple[str, str] = ("launcher", "worker"),
+    launcher_replicas: int | None = None,
+    namespace: str | None = None,
+    uid: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """The smallest valid MPIJob: one container per role with only a name and an image (no Worker spec
+    when `workers` is None); `spec` keys set as given."""
+
+    def replica(container: str) -> dict[str, Any]:
+        return {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}
+
+    launcher = replica(containers[0])
+    if launcher_replicas is not None:
+        launcher = {"replicas": launcher_replicas, **launcher}
+    specs: dict[str, Any] = {"Launcher": launcher}
+    if workers is not None:
+        specs["Worker"] = {"replicas": workers, **replica(containers[1])}
+    meta: dict[str, Any] = {"name": name}
+    meta |= {"namespace": namespace} if namespace is not None else {}
+    meta |= {"uid": uid} if uid is not None else {}
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": meta,
+        "spec": {**spec, "mpiReplicaSpecs": specs},
+    }
 
 
 def pi_job(

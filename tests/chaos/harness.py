@@ -28,7 +28,7 @@ from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.engine.differ import controller_uid
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
-from tests.e2e.support import kubectl
+from tests.utils import kubectl, minimal_job, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
@@ -146,29 +146,19 @@ class ChaosCluster:
 
 # -- the jobs -------------------------------------------------------------------------------------------
 def mpijob(name: str, workers: int = 2, launcher_delay: str = "2s") -> dict[str, Any]:
-    image = "mpioperator/mpi-pi:openmpi"
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": {
-                        "metadata": {"annotations": {f"{KNOB}delay": launcher_delay}},
-                        "spec": {"containers": [{"name": "launcher", "image": image, "command": ["mpirun"]}]},
-                    },
-                },
-                "Worker": {
-                    "replicas": workers,
-                    "template": {"spec": {"containers": [{"name": "worker", "image": image}]}},
-                },
-            },
-        },
-    }
+    """A minimal Open MPI job whose launcher pod succeeds `launcher_delay` after it starts (kwok)."""
+    job = minimal_job(
+        name,
+        workers,
+        image="mpioperator/mpi-pi:openmpi",
+        launcher_replicas=1,
+        slotsPerWorker=1,
+        runPolicy={"cleanPodPolicy": "Running"},
+    )
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    launcher["metadata"] = {"annotations": {f"{KNOB}delay": launcher_delay}}
+    launcher["spec"]["containers"][0]["command"] = ["mpirun"]
+    return job
 
 
 def wanted_children(name: str, workers: int) -> dict[tuple[str, str], str]:
@@ -587,10 +577,7 @@ def wait_children_created(
     cc: ChaosCluster, namespace: str, since: float, n: int, timeout: float = 120
 ) -> None:
     """Until the operator created ``n`` children since ``since`` (a fault placed mid-build)."""
-    deadline = time.monotonic() + timeout
-    while children_created(cc, namespace, since) < n:
-        assert time.monotonic() < deadline, f"fewer than {n} children created within {timeout:.0f}s"
-        time.sleep(0.1)
+    wait_for(lambda: children_created(cc, namespace, since) >= n, f"{n} children created", timeout)
 
 
 def jobs_building(cc: ChaosCluster, namespace: str, names: list[str], workers: int) -> int:

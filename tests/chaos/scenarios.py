@@ -30,6 +30,7 @@ from tests.chaos.harness import (
     wait_all_succeeded,
     wait_children_created,
 )
+from tests.utils import wait_for
 
 WORKERS = 2
 TIMEOUT = 240.0
@@ -47,11 +48,14 @@ def _exited(report: Report, *ops: OperatorRunner) -> None:
 
 def _wait_standby(op: OperatorRunner, timeout: float = 60.0) -> None:
     """Until ``op`` runs as a standby: its probes answer, it does not lead."""
-    deadline = time.monotonic() + timeout
-    while not (op.http("/healthz")[0] == 200 and not op.is_leader()):
-        assert op.alive(), f"the standby exited:\n{op.log_tail()}"
-        assert time.monotonic() < deadline, f"no standby within {timeout:.0f}s:\n{op.log_tail()}"
-        time.sleep(0.2)
+    wait_for(
+        lambda: op.http("/healthz")[0] == 200 and not op.is_leader(),
+        "a standby",
+        timeout,
+        0.2,
+        describe=op.log_tail,
+        alive=op.alive,
+    )
 
 
 def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from localcluster import LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
-from tests.cluster.support import CRD_NAME, kubectl
-from tests.utils import REPO
+from tests.cluster.support import CRD_NAME
+from tests.utils import REPO, kubectl, wait_for
 from tests.utils import podgroup_crds as podgroup_crd_docs
 from tools.crdgen.build import CRD_PATH
 
@@ -95,13 +94,15 @@ def crd_install(l1_cluster) -> subprocess.CompletedProcess:
     api = l1_cluster.api_client()
     try:
         ext = client.ApiextensionsV1Api(api)
-        deadline = time.monotonic() + 60
-        while not any(
-            c.type == "Established" and c.status == "True"
-            for c in ext.read_custom_resource_definition(CRD_NAME).status.conditions or []
-        ):
-            assert time.monotonic() < deadline, "CRD not Established within 60s"
-            time.sleep(0.2)
+        wait_for(
+            lambda: any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(CRD_NAME).status.conditions or []
+            ),
+            "CRD Established",
+            60,
+            0.2,
+        )
     finally:
         api.close()
     return applied

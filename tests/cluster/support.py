@@ -25,40 +25,6 @@ OPERATOR_NS = "mpi-operator"
 OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:mpi-operator"
 
 
-def kubectl(
-    cluster: Any, *args: str, stdin: str | None = None, check: bool = True, kubeconfig: Path | None = None
-):
-    env = cluster.env()
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    proc = subprocess.run(
-        [str(cluster.bin_dir / "kubectl"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
-
-
-def minimal_job(name: str = "pi", workers: int | None = 2) -> dict[str, Any]:
-    def replica(container: str) -> dict[str, Any]:
-        return {"template": {"spec": {"containers": [{"name": container, "image": "mpi:latest"}]}}}
-
-    specs: dict[str, Any] = {"Launcher": replica("launcher")}
-    if workers is not None:
-        specs["Worker"] = {"replicas": workers, **replica("worker")}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {"mpiReplicaSpecs": specs},
-    }
-
-
 def _can(
     api_client: Any, verb: str, resource: str, namespace: str = "", name: str = "", group: str = ""
 ) -> bool:

@@ -3,7 +3,6 @@ pod lifecycle (Running/Ready, success, failure with exit code, eviction, deletio
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,20 +10,16 @@ import pytest
 from kubernetes import client
 
 from localcluster import NODE_PREFIX, LocalCluster
+from tests import utils
 
 T = TypeVar("T")
 ANN = "localcluster.mpijob.dev/"
 
 
 def wait_for(fetch: Callable[[], T], done: Callable[[T], bool], what: str, timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fetch()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value}")
-        time.sleep(0.2)
+    """`fetch()` once `done` holds for it (tests/utils.py's poll)."""
+    # a one-item tuple: the value may be falsy (an empty list once a pod is gone)
+    return utils.wait_for(lambda: next(((v,) for v in [fetch()] if done(v)), None), what, timeout, 0.2)[0]
 
 
 def pod_body(name: str, annotations: dict[str, str] | None = None, **spec: object) -> dict:

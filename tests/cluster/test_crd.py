@@ -26,9 +26,8 @@ from tests.cluster.support import (
     VERSION,
     _can,
     _user_client,
-    kubectl,
-    minimal_job,
 )
+from tests.utils import kubectl, minimal_job, wait_for
 from tools.crdgen.build import CRD_PATH
 from tools.manifests import DEPLOY, REPO
 
@@ -500,10 +499,9 @@ def test_user_roles_aggregate_into_the_builtin_view_edit_admin(l2_cluster):
         assert {"create", "delete", "patch"} <= edit_verbs
         # Re-applying after the aggregation controller filled our admin role's rules must not conflict
         # (an upgrade is the same `kubectl apply --server-side`).
-        deadline = time.monotonic() + 30
-        while not rbac.read_cluster_role("kubeflow-mpijobs-admin").rules:
-            assert time.monotonic() < deadline, "kubeflow-mpijobs-admin never aggregated"
-            time.sleep(0.5)
+        wait_for(
+            lambda: rbac.read_cluster_role("kubeflow-mpijobs-admin").rules, "admin role aggregated", 30, 0.5
+        )
         kubectl(l2_cluster, *apply)
     finally:
         api.close()

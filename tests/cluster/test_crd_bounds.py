@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from render import ValidationError, bounds, parse_mpijob
-from tests.cluster.support import GROUP, PLURAL, VERSION, minimal_job
+from tests.cluster.support import GROUP, PLURAL, VERSION
+from tests.utils import minimal_job
 
 pytestmark = pytest.mark.l1
 

@@ -17,7 +17,8 @@ import pytest
 from kubernetes import client
 
 from render.admission import admit
-from tests.cluster.support import GROUP, PLURAL, VERSION, minimal_job
+from tests.cluster.support import GROUP, PLURAL, VERSION
+from tests.utils import minimal_job
 
 pytestmark = pytest.mark.l1
 

@@ -17,8 +17,8 @@ from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import EVENT, JOB, MPIJOB, POD, WORKLOAD_V1ALPHA1, Kube
 from render.gang import GANG_SCHEDULED, REASON_UNAVAILABLE
-from tests.cluster.support import kubectl, plan
-from tests.utils import pi_job, wait_for
+from tests.cluster.support import plan
+from tests.utils import kubectl, pi_job, wait_for
 from tools.crdgen.build import CRD_PATH
 
 pytestmark = pytest.mark.l1

@@ -21,8 +21,8 @@ from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
-from tests.e2e.support import E2E, REPO, kubectl, operator_runner
-from tests.utils import PODGROUP_CRD_FILES
+from tests.e2e.support import E2E, REPO, operator_runner
+from tests.utils import PODGROUP_CRD_FILES, kubectl
 from tests.utils import podgroup_crds as podgroup_crd_docs
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -84,15 +82,6 @@ def controlled_by(obj: dict[str, Any], uid: str) -> bool:
 def operator_runner(cluster: LocalCluster, log_path: Path) -> OperatorRunner:
     """The operator as its own process with a kubeconfig for the mpi-operator ServiceAccount."""
     return OperatorRunner(cluster.write_user_kubeconfig(SA_USER), log_path)
-
-
-def kubectl(cluster: LocalCluster, *args: str) -> str:
-    out = subprocess.run(
-        ["kubectl", *args], env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=120
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
-    return out.stdout
 
 
 # -- per-test helpers -----------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from tests.utils import wait_for
 
 pytestmark = pytest.mark.l2
 
+SLOW = 90.0  # a whole install or upgrade
+
 CHART = REPO / "deploy" / "helm" / "mpi-operator"
 NS = "mpi-operator"
 
@@ -40,10 +42,6 @@ def helm(cluster: LocalCluster, *args: str) -> str:
     )
     assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
     return out.stdout
-
-
-def wait(fn, what: str, timeout: float = 90):
-    return wait_for(fn, what, timeout, 0.3)
 
 
 def read(kube: Kube, path: str) -> dict | None:
@@ -85,7 +83,9 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
     try:
         pi = yaml.safe_load((REPO / "examples" / "pi.yaml").read_text())
         kube.create(MPIJOB, "jobs", pi)
-        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "pi Succeeded")
+        wait_for(
+            lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "pi Succeeded", timeout=SLOW
+        )
     finally:
         op.stop()
 
@@ -109,16 +109,17 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
     # not meet the controller's ownership of its rules.
     helm(cluster, "uninstall", "mpi-operator", "-n", NS)
     for path in made:
-        wait(lambda path=path: not exists(kube, path), f"{path} removed by helm uninstall")
+        wait_for(lambda path=path: not exists(kube, path), f"{path} removed by helm uninstall", timeout=SLOW)
 
     def admin_gone_or_recreated() -> bool:
         role = read(kube, admin)
         # re-created by the aggregation controller: not the release's any more
         return role is None or "meta.helm.sh/release-name" not in (role["metadata"].get("annotations") or {})
 
-    wait(
+    wait_for(
         admin_gone_or_recreated,
         "kubeflow-mpijobs-admin removed by helm uninstall (or re-created by the controller)",
+        timeout=SLOW,
     )
     assert exists(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org")
     assert condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded")  # the CRD and its MPIJobs stay

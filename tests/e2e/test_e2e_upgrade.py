@@ -9,20 +9,19 @@ and the operator, restarted under the same ServiceAccount with our RBAC, takes t
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import yaml
 
-from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import JOB, MPIJOB, POD, Kube
 from tests.e2e.support import HOLD, KNOB, REPO, condition_is
 from tests.upstream_source import upstream_manifests
-from tests.utils import pi_job, wait_for
+from tests.utils import kubectl, pi_job, wait_for
 
 pytestmark = pytest.mark.l2
+
+SLOW = 90.0  # a whole install or upgrade
 
 # (upstream's overlay, ours, the install namespace)
 VARIANTS = {
@@ -35,21 +34,6 @@ UPSTREAM_SELECTOR = {
     "app.kubernetes.io/name": "mpi-operator",
     "kustomize.component": "mpi-operator",
 }
-
-
-def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bin_dir / "kubectl"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**cluster.env()},
-        timeout=180,
-    )
-
-
-def wait(fn, what: str, timeout: float = 90):
-    return wait_for(fn, what, timeout, 0.3)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -68,15 +52,15 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
     for d in docs:
         if d["kind"] == "Deployment":
             d["spec"]["template"]["spec"]["containers"][0]["image"] = "mpijob-operator:0.1.0"
-    out = kubectl(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
-    assert out.returncode == 0, out.stderr
+    kubectl(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
     crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org"
-    wait(
+    wait_for(
         lambda: any(
             c["type"] == "Established" and c["status"] == "True"
             for c in (kube.request("GET", crd_path).get("status") or {}).get("conditions") or []
         ),
         "CRD established",
+        timeout=SLOW,
     )
 
     core.create_namespace({"metadata": {"name": "jobs"}})
@@ -88,15 +72,14 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
     admin.start()
     try:
         job = kube.create(MPIJOB, "jobs", pi_job(launcher_annotations=HOLD))
-        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Running"), "Running")
+        wait_for(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Running"), "Running", timeout=SLOW)
     finally:
         admin.stop()  # as the rollout replaces the old operator pod
     pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(POD, "jobs")["items"]}
     launcher_uid = kube.get(JOB, "jobs", "pi-launcher")["metadata"]["uid"]
 
     # The upgrade, as docs/install.md says; the Deployment keeps upstream's selector (it is immutable).
-    out = kubectl(cluster, "apply", "--server-side", "-k", str(REPO / ours))
-    assert out.returncode == 0, out.stderr
+    kubectl(cluster, "apply", "--server-side", "-k", str(REPO / ours))
     deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/mpi-operator")
     assert deployment["spec"]["selector"]["matchLabels"] == UPSTREAM_SELECTOR
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -123,7 +106,7 @@ def test_apply_ours_over_an_upstream_install_keeps_running_jobs(variant, own_clu
             kube.patch(
                 POD, "jobs", pod["metadata"]["name"], {"metadata": {"annotations": {f"{KNOB}hold": None}}}
             )
-        wait(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "Succeeded")
+        wait_for(lambda: condition_is(kube.get(MPIJOB, "jobs", "pi"), "Succeeded"), "Succeeded", timeout=SLOW)
     finally:
         sa.stop()
     api.close()

@@ -32,8 +32,8 @@ from localcluster.nodes import fake_node
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import JOB, ApiError, Kube, Resource
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import E2E, HOLD, REPO, kubectl, name_of, operator_runner, phase
-from tests.utils import pi_job
+from tests.e2e.support import E2E, HOLD, REPO, name_of, operator_runner, phase
+from tests.utils import kubectl, pi_job
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = Resource(KUEUE_API, "ClusterQueue", "clusterqueues", namespaced=False)

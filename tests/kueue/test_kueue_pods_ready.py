@@ -32,7 +32,7 @@ from reconcile.runtime.kube import EVENT, JOB, POD, Kube
 from render.phases import pod_running_start
 from render.timeutil import parse_time
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import KNOB, REPO, kubectl, name_of, operator_runner, phase
+from tests.e2e.support import KNOB, REPO, name_of, operator_runner, phase
 from tests.kueue.conftest import (
     KUEUE_API,
     POOL,
@@ -42,6 +42,7 @@ from tests.kueue.conftest import (
     condition_true,
     queued_job,
 )
+from tests.utils import kubectl, wait_for
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -119,14 +120,8 @@ def reason(obj: dict[str, Any] | None, ctype: str) -> str:
 
 def until(check: Callable[[], Any], what: str, timeout: float, kq: KueueE2E, job: str) -> tuple[Any, float]:
     """(check's first truthy value, the monotonic time it was seen), polling every FAST_POLL."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got, time.monotonic()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{kq.describe(job)}")
-        time.sleep(FAST_POLL)
+    got = wait_for(check, what, timeout, FAST_POLL, describe=lambda: kq.describe(job))
+    return got, time.monotonic()
 
 
 def live_pods(kq: KueueE2E, job: str) -> list[dict[str, Any]]:

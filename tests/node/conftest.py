@@ -21,8 +21,9 @@ from localcluster.operator import OperatorRunner
 from localcluster.sandbox import RealCluster, machine, seal
 from reconcile.runtime.kube import EVENT, NODE, POD, Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import E2E, REPO, kubectl, name_of, operator_runner
+from tests.e2e.support import E2E, REPO, name_of, operator_runner
 from tests.node.jobs import launcher_restarts
+from tests.utils import kubectl, wait_for
 
 JOB_TIMEOUT = 240.0
 REAL_NODES = 3
@@ -77,14 +78,14 @@ class NodeE2E(E2E):
         pods = self.launcher_pods(job)
         assert pods, f"no launcher pod of {job}\n{self.describe(job)}"
         newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
-        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest))
+        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest)).stdout
 
     def gate_log(self, job: str) -> str:
         """The newest launcher pod's wait-for-workers log."""
         pods = self.launcher_pods(job)
         assert pods, f"no launcher pod of {job}\n{self.describe(job)}"
         newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
-        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest), "-c", "wait-for-workers")
+        return kubectl(self.cluster, "logs", "-n", self.ns, name_of(newest), "-c", "wait-for-workers").stdout
 
     def events(self, job: str) -> list[dict]:
         """Events about the MPIJob `job`."""
@@ -132,9 +133,7 @@ def node_e2e(
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(ns, propagation_policy="Foreground")
         # Next test starts on an empty node: wait until this namespace's pods are gone.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and e2e.kube.list(POD, ns)["items"]:
-            time.sleep(0.5)
+        wait_for(lambda: not e2e.kube.list(POD, ns)["items"], f"{ns}'s pods gone", 60, 0.5)
         api.close()
 
 

@@ -19,10 +19,10 @@ from localcluster.nodes import node_ready
 from localcluster.sandbox import seal
 from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE, WORKER_FAILURES_ANNOTATION
 from render.nodes import OUT_OF_SERVICE
-from tests.e2e.support import condition_is, conditions, kubectl, name_of, phase
+from tests.e2e.support import condition_is, conditions, name_of, phase
 from tests.node.conftest import NODES, NodeE2E
 from tests.node.jobs import node_job, set_mpirun_args
-from tests.utils import Polling, wait_for
+from tests.utils import Polling, kubectl, wait_for
 
 pytestmark = pytest.mark.l4
 

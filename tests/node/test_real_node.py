@@ -123,25 +123,28 @@ def test_cleanup_after_success(node_e2e: NodeE2E) -> None:
 def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
     """deploy/ as users apply it (restricted Pod Security, probes, RBAC as shipped), with the operator's
     image built here from the same Debian base; the process operator steps aside meanwhile."""
-    import time
-
     from localcluster.images.build import OPERATOR_IMAGE
-    from tests.e2e.support import REPO, kubectl
+    from tests.e2e.support import REPO
+    from tests.utils import kubectl, wait_for
 
     cluster, op = node_e2e.cluster, node_e2e.operator
     op.stop()
     try:
         kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy"))
         ns = ["-n", "mpi-operator"]
-        out = kubectl(cluster, *ns, "rollout", "status", "deploy/mpi-operator", "--timeout=120s")
+        out = kubectl(cluster, *ns, "rollout", "status", "deploy/mpi-operator", "--timeout=120s").stdout
         assert "successfully rolled out" in out
-        image = kubectl(cluster, *ns, "get", "deploy/mpi-operator", "-o", "jsonpath={..image}")
+        image = kubectl(cluster, *ns, "get", "deploy/mpi-operator", "-o", "jsonpath={..image}").stdout
         assert image.replace("docker.io/library/", "") == OPERATOR_IMAGE.replace("docker.io/library/", "")
         node_e2e.submit(node_job("openmpi-nonroot"))
-        deadline = time.monotonic() + 180
-        while not condition_is(node_e2e.get("pi"), "Succeeded"):
-            assert time.monotonic() < deadline, node_e2e.describe("pi")
-            time.sleep(0.5)
+        # the process operator is stopped: no liveness check of it here
+        wait_for(
+            lambda: condition_is(node_e2e.get("pi"), "Succeeded"),
+            "pi Succeeded",
+            180,
+            0.5,
+            describe=lambda: node_e2e.describe("pi"),
+        )
         assert_pi(node_e2e.launcher_log("pi"), {0: "pi-worker-0", 1: "pi-worker-1"})
     finally:
         kubectl(cluster, "-n", "mpi-operator", "delete", "deployment", "mpi-operator", "--wait=true")

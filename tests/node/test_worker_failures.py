@@ -9,9 +9,10 @@ import time
 import pytest
 
 from reconcile.runtime.kube import EVENT
-from tests.e2e.support import conditions, kubectl, name_of
+from tests.e2e.support import conditions, name_of
 from tests.node.conftest import NodeE2E
 from tests.node.jobs import node_job
+from tests.utils import kubectl
 
 pytestmark = pytest.mark.l4
 
@@ -64,7 +65,7 @@ def test_a_worker_that_exits_at_start_fails_the_job_within_the_bound(node_e2e: N
     )
     quoted = [p for p in kept if f"pod {name_of(p)}:" in failed["message"]]
     assert quoted, failed
-    log = kubectl(node_e2e.cluster, "logs", "-n", node_e2e.ns, name_of(quoted[0]))
+    log = kubectl(node_e2e.cluster, "logs", "-n", node_e2e.ns, name_of(quoted[0])).stdout
     last = [line for line in log.splitlines() if line.strip()][-1].strip()
     assert "no hostkeys available" in last, log
     assert last in failed["message"], (last, failed)

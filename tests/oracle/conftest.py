@@ -21,9 +21,10 @@ from localcluster.nodes import DEFAULT_CAPACITY
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import REPO, kubectl, operator_runner
+from tests.e2e.support import REPO, operator_runner
 from tests.oracle.compare import Ledger, load_entries
 from tests.oracle.support import OUR_NS, UP_NS, Oracle
+from tests.utils import kubectl
 
 # Room for every input's pods on both sides at once (the inputs ask for up to 2 cpus a pod).
 CAPACITY = {**DEFAULT_CAPACITY, "cpu": "512", "memory": "4Ti"}

@@ -25,8 +25,8 @@ from kubernetes import client, watch
 from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_crds, wait_for_default_service_account
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.e2e.support import HOLD, KNOB, REPO, kubectl, operator_runner
-from tests.utils import pi_job, wait_for
+from tests.e2e.support import HOLD, KNOB, REPO, operator_runner
+from tests.utils import kubectl, pi_job, wait_for
 
 pytestmark = [pytest.mark.oracle, pytest.mark.l2]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from render import Observed, SSHKey
 from render.cli import main as cli_main
+from tests.utils import minimal_job
 
 UID = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 JOB_UID = "aaaaaaaa-bbbb-4ccc-8ddd-000000000001"
@@ -18,17 +19,9 @@ KEY = SSHKey(
     "-----BEGIN EC PRIVATE KEY-----\nT\n-----END EC PRIVATE KEY-----\n", "ecdsa-sha2-nistp521 AAAAT\n"
 )
 
-BASE: dict[str, Any] = {
-    "apiVersion": "kubeflow.org/v2beta1",
-    "kind": "MPIJob",
-    "metadata": {"name": "pi", "namespace": "ns", "uid": UID},
-    "spec": {
-        "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{"name": "l", "image": "i"}]}}},
-            "Worker": {"replicas": 2, "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}}},
-        }
-    },
-}
+BASE: dict[str, Any] = minimal_job(
+    namespace="ns", uid=UID, image="i", containers=("l", "w"), launcher_replicas=1
+)
 
 
 def job(**spec: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import JOB, POD, SECRET, ApiError
+from tests import utils
 from tests.unit.fakes import FakeKube, NoKube
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -139,20 +140,7 @@ def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone(versio
 
 def minimal_job():
     return render.parse_mpijob(
-        {
-            "apiVersion": "kubeflow.org/v2beta1",
-            "kind": "MPIJob",
-            "metadata": {"name": "pi", "namespace": "ns", "uid": "job-uid"},
-            "spec": {
-                "mpiReplicaSpecs": {
-                    "Launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "i"}]}}},
-                    "Worker": {
-                        "replicas": 2,
-                        "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
-                    },
-                }
-            },
-        }
+        utils.minimal_job(namespace="ns", uid="job-uid", image="i", containers=("l", "w"))
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -335,15 +334,12 @@ def test_kubectl_get_shows_state_workers_active_and_age(crd_install, mpijobs, na
 def test_published_openapi_carries_our_descriptions(crd_install, cluster, api_client):
     generated = yaml.safe_load(CRD_PATH.read_text(encoding="utf-8"))["spec"]["versions"][0]
     want = generated["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
-    deadline = time.monotonic() + 30
-    while True:  # the aggregated OpenAPI is rebuilt asynchronously after a CRD change
+
+    def published() -> dict[str, Any] | None:  # rebuilt asynchronously after a CRD change
         raw = kubectl(cluster, "get", "--raw", f"/openapi/v3/apis/{GROUP}/{VERSION}").stdout
-        schemas = json.loads(raw)["components"]["schemas"]
-        mpijob = schemas.get(f"org.kubeflow.{VERSION}.MPIJob")
-        if mpijob is not None:
-            break
-        assert time.monotonic() < deadline, f"MPIJob not in /openapi/v3: {sorted(schemas)}"
-        time.sleep(0.5)
+        return json.loads(raw)["components"]["schemas"].get(f"org.kubeflow.{VERSION}.MPIJob")
+
+    mpijob = wait_for(published, "MPIJob in /openapi/v3", 30, 0.5)
     run_policy = mpijob["properties"]["spec"]["properties"]["runPolicy"]
     assert run_policy["description"] == want["description"]
     assert run_policy["properties"]["cleanPodPolicy"]["enum"] == ["All", "Running", "None"]
@@ -476,20 +472,14 @@ def test_user_roles_aggregate_into_the_builtin_view_edit_admin(l2_cluster):
     api = l2_cluster.api_client()
     try:
         rbac = client.RbacAuthorizationV1Api(api)
-        deadline = time.monotonic() + 30
-        while True:
-            missing = [
-                role
-                for role in ("view", "edit", "admin")
-                if not any(
-                    "mpijobs" in (r.resources or []) and GROUP in (r.api_groups or [])
-                    for r in rbac.read_cluster_role(role).rules or []
-                )
-            ]
-            if not missing:
-                break
-            assert time.monotonic() < deadline, f"mpijobs not aggregated into {missing}"
-            time.sleep(0.5)
+
+        def aggregated(role: str) -> bool:
+            return any(
+                "mpijobs" in (r.resources or []) and GROUP in (r.api_groups or [])
+                for r in rbac.read_cluster_role(role).rules or []
+            )
+
+        wait_for(lambda: all(aggregated(r) for r in ("view", "edit", "admin")), "mpijobs aggregated", 30, 0.5)
         edit_verbs = {
             v
             for r in rbac.read_cluster_role("edit").rules

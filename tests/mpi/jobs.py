@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.mpi.images import IMAGES
+from tests.utils import minimal_job
 
 NS = "l3"
 
@@ -51,33 +52,22 @@ def mpijob(
     # root workers: no command, so the operator defaults it to `sshd -De`
     if readiness_port is not None:
         worker["readinessProbe"] = {"tcpSocket": {"port": readiness_port}, "periodSeconds": 1}
-    spec: dict[str, Any] = {
-        "slotsPerWorker": slots,
-        "mpiImplementation": impl,
-        "runPolicy": {"cleanPodPolicy": "Running"},
-        "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
-        },
-    }
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "Running"}
     if backoff_limit is not None:
-        spec["runPolicy"]["backoffLimit"] = backoff_limit
-    if workers:
-        spec["mpiReplicaSpecs"]["Worker"] = {
-            "replicas": workers,
-            "template": {"spec": {"containers": [worker]}},
-        }
+        run_policy["backoffLimit"] = backoff_limit
+    spec: dict[str, Any] = {"slotsPerWorker": slots, "mpiImplementation": impl, "runPolicy": run_policy}
     if not root:
         spec["sshAuthMountPath"] = "/home/mpiuser/.ssh"
     if launcher_as_worker:
         spec["runLauncherAsWorker"] = True
     if policy is not None:
         spec["launcherCreationPolicy"] = policy
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
+    job = minimal_job(name, workers or None, image=image, launcher_replicas=1, namespace=NS, **spec)
+    specs = job["spec"]["mpiReplicaSpecs"]
+    specs["Launcher"]["template"]["spec"]["containers"] = [launcher]
+    if "Worker" in specs:
+        specs["Worker"]["template"]["spec"]["containers"] = [worker]
+    return job
 
 
 def sshd_argv(image: str) -> list[str]:

@@ -14,6 +14,7 @@ from reconcile.runtime.kube import Kube
 from reconcile.runtime.leader import LeaderElector
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from tests.unit.fakes import Clock, FakeKube
+from tests.utils import wait_for
 
 
 class FakeRest:
@@ -155,8 +156,7 @@ def test_sigterm_with_a_backlog_no_write_after_the_release():
     stop = threading.Event()
     t = threading.Thread(target=le.run, args=(stop, stop_workers))
     t.start()
-    while not any(e[0] == "sent" for e in events):
-        time.sleep(0.01)
+    wait_for(lambda: any(e[0] == "sent" for e in events), "a write sent", 30, 0.01)
     time.sleep(0.3)
     sigterm = time.monotonic()
     stop.set()

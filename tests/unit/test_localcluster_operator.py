@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import time
 from pathlib import Path
 
 from localcluster import processes
 from localcluster.operator import OperatorRunner, parse_metrics, stop_recorded
 from localcluster.processes import free_port, spawn, start_time
+from tests.utils import wait_for
 
 METRICS = """\
 # HELP mpi_operator_is_leader Is this replica the leader
@@ -46,10 +46,12 @@ def test_a_recorded_process_is_stopped_by_pid(tmp_path: Path) -> None:
     state = tmp_path / "operator.pid"
     runner.record(state)
     assert stop_recorded(state) is True
-    deadline = time.monotonic() + 10
-    while start_time(runner.pid) is not None and runner.proc.popen.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(
+        lambda: start_time(runner.pid) is None or runner.proc.popen.poll() is not None,
+        "sleeper gone",
+        10,
+        0.05,
+    )
     assert not state.exists()
 
 

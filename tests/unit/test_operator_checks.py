@@ -7,13 +7,13 @@ import os
 import signal
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from localcluster.operator import OperatorFailed, OperatorRunner, forget_runner
 from tests.unit.test_ci_guard import run_pytest
+from tests.utils import wait_for
 
 # Stands in for the operator: exits 0 on SIGTERM, prints what it is told to, then waits.
 FAKE = """
@@ -36,10 +36,7 @@ class FakeOperator(OperatorRunner):
 
     def wait_logged(self, text: str) -> None:
         """Until the process printed ``text`` as a line (the runner's header line has it too)."""
-        deadline = time.monotonic() + 20
-        while text not in self.log_tail().splitlines():
-            assert time.monotonic() < deadline, self.log_tail()
-            time.sleep(0.05)
+        wait_for(lambda: text in self.log_tail().splitlines(), repr(text), 20, 0.05, describe=self.log_tail)
 
 
 @pytest.fixture

@@ -12,19 +12,17 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from kubernetes import client
 
 from localcluster import ClusterSpec, LocalCluster, upstream
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.cluster import wait_for_default_service_account
 from localcluster.nodes import DEFAULT_CAPACITY
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
 from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import REPO, operator_runner
+from tests.e2e.support import operator_runner
 from tests.oracle.compare import Ledger, load_entries
-from tests.oracle.support import OUR_NS, UP_NS, Oracle
-from tests.utils import kubectl
+from tests.oracle.support import OUR_NS, UP_NS, Oracle, install_both
 
 # Room for every input's pods on both sides at once (the inputs ask for up to 2 cpus a pod).
 CAPACITY = {**DEFAULT_CAPACITY, "cpu": "512", "memory": "4Ti"}
@@ -39,12 +37,8 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=4, node_capacity=CAPACITY), work_dir=work / "cluster")
     cluster.start()
     try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        rbac = work / "upstream-rbac.yaml"
-        rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
-        kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
+        install_both(cluster, work)
         with contextlib.closing(cluster.api_client()) as api:
-            wait_for_crds(api, ["mpijobs.kubeflow.org"])
             core = client.CoreV1Api(api)
             for name, value in PRIORITY_CLASSES.items():  # the ones the inputs name
                 client.SchedulingV1Api(api).create_priority_class(

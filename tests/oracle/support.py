@@ -9,20 +9,25 @@ each side's normalized objects stop changing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import attrs
+import yaml
 
-from localcluster import LocalCluster
+from localcluster import LocalCluster, upstream
+from localcluster.cluster import wait_for_crds
 from localcluster.operator import OperatorRunner
 from localcluster.upstream import UpstreamOperator
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
 from tests.oracle.compare import Difference, Ledger, Snapshot, diff, job_of, normalize, report
+from tests.utils import REPO, kubectl
 
 UP_NS = "up-ns"
 OUR_NS = "our-ns"
@@ -67,6 +72,16 @@ def running(snapshot: Snapshot, job: str, workers: int) -> bool:
         and all(p["status"]["phase"] == "Running" for p in ws)
         and any(p["status"]["phase"] == "Running" for p in ls)
     )
+
+
+def install_both(cluster: LocalCluster, work: Path) -> None:
+    """The CRD and our RBAC (deploy/base-no-operator), and upstream's own ClusterRole for its process."""
+    kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+    rbac = work / "upstream-rbac.yaml"
+    rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
+    kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
+    with contextlib.closing(cluster.api_client()) as api:
+        wait_for_crds(api, ["mpijobs.kubeflow.org"])
 
 
 @attrs.define

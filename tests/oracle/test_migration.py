@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, watch
 
 from localcluster import ClusterSpec, LocalCluster, upstream
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster.cluster import wait_for_default_service_account
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.e2e.support import HOLD, KNOB, REPO, operator_runner
-from tests.utils import kubectl, pi_job, wait_for
+from tests.e2e.support import HOLD, KNOB, operator_runner
+from tests.oracle.support import install_both
+from tests.utils import pi_job, wait_for
 
 pytestmark = [pytest.mark.oracle, pytest.mark.l2]
 
@@ -40,12 +40,8 @@ def mig_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     cluster = LocalCluster(ClusterSpec(tier="l2"), work_dir=tmp_path / "cluster")
     cluster.start()
     try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        rbac = tmp_path / "upstream-rbac.yaml"
-        rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
-        kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
+        install_both(cluster, tmp_path)
         with contextlib.closing(cluster.api_client()) as api:
-            wait_for_crds(api, ["mpijobs.kubeflow.org"])
             core = client.CoreV1Api(api)
             core.create_namespace({"metadata": {"name": NS}})
             wait_for_default_service_account(core, NS)

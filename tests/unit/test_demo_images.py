@@ -19,6 +19,7 @@ from localcluster import binaries
 from localcluster.images import build
 from localcluster.sandbox import seal
 from localcluster.sandbox.node import host as realnode_host
+from tests.unit.image_builders import record_builders
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,38 +54,7 @@ def test_job_images_include_init_containers() -> None:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, list[Any]]:
-    """Every builder of localcluster.images.build replaced by one that records what it was asked."""
-    calls: dict[str, list[Any]] = {"pause": [], "base": [], "pi": [], "image": [], "operator": []}
-    base_layer = object()
-
-    def pause(root: Path) -> Path:
-        calls["pause"].append(root)
-        return root / "pause.tar"
-
-    def base(root: Path) -> tuple[Path, object]:
-        calls["base"].append(root)
-        return root / "rootfs", base_layer
-
-    def pi(root: Path, base_dir: Path, flavours: Any = tuple(build.PI_FLAVOURS)) -> Path:
-        calls["pi"].append(set(flavours))
-        return root / "pi"
-
-    def image(root: Path, impl: str, base_dir: Path, layer: object, pi_dir: Path) -> Path:
-        assert layer is base_layer
-        calls["image"].append(impl)
-        return root / f"{impl}.tar"
-
-    def operator(root: Path, base_dir: Path, layer: object) -> Path:
-        calls["operator"].append(root)
-        return root / "operator.tar"
-
-    monkeypatch.setattr(build, "build_pause", pause)
-    monkeypatch.setattr(build, "build_base", base)
-    monkeypatch.setattr(build, "build_pi", pi)
-    monkeypatch.setattr(build, "build_image", image)
-    monkeypatch.setattr(build, "build_operator", operator)
-    monkeypatch.setenv("MPIJOB_IMAGES_CACHE", str(tmp_path / "images"))
-    return calls
+    return record_builders(monkeypatch, tmp_path / "images")
 
 
 def test_build_images_builds_only_the_named_images(recorded: dict[str, list[Any]]) -> None:

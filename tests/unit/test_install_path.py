@@ -19,6 +19,7 @@ import yaml
 from localcluster.images import __main__ as image_cli
 from localcluster.images import build
 from reconcile import flags
+from tests.unit.image_builders import OPERATOR_DIGEST, record_builders
 from tools import krew
 from tools.manifests import DEPLOY, REPO, load_yaml_documents
 from tools.manifests import build as kustomize_build
@@ -210,36 +211,14 @@ def test_the_documented_operator_commands_take_their_flags(page: Path):
 def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, list[Any]]:
     """build_images' builders replaced by recorders (the operator's writes a stand-in archive); the
     steps that run debootstrap, mount or chroot replaced by traps, and the machine made fit for it."""
-    calls: dict[str, list[Any]] = {"pause": [], "base": [], "operator": []}
-    base_layer = object()
-
-    def pause(root: Path) -> Path:
-        calls["pause"].append(root)
-        return root / "pause.tar"
-
-    def base(root: Path) -> tuple[Path, object]:
-        calls["base"].append(root)
-        return root / "rootfs", base_layer
-
-    def operator(root: Path, base_dir: Path, layer: object) -> Path:
-        assert (base_dir, layer) == (root / "rootfs", base_layer)
-        calls["operator"].append(root)
-        out = root / "operator-test"
-        out.mkdir(parents=True)
-        (out / "image.tar").write_bytes(b"the operator's archive")
-        (out / "digest").write_text("sha256:" + "ab" * 32 + "\n")
-        return out / "image.tar"
+    calls = record_builders(monkeypatch, tmp_path / "default-cache")
 
     def trap(*args: object, **kw: object) -> None:
         raise AssertionError(f"a real build step ran: {args}")
 
-    monkeypatch.setattr(build, "build_pause", pause)
-    monkeypatch.setattr(build, "build_base", base)
-    monkeypatch.setattr(build, "build_operator", operator)
-    for step in ("_run", "_run_quiet", "_chroot_build", "build_image", "build_pi"):
+    for step in ("_run", "_run_quiet", "_chroot_build"):
         monkeypatch.setattr(build, step, trap)
     monkeypatch.setattr(image_cli, "missing_requirements", list)
-    monkeypatch.setenv("MPIJOB_IMAGES_CACHE", str(tmp_path / "default-cache"))
     return calls
 
 
@@ -249,11 +228,12 @@ def test_the_entry_point_writes_the_operators_archive(
     out = tmp_path / "out" / "operator.tar"
     assert image_cli.main(["operator", "--output", str(out), "--cache", str(tmp_path / "cache")]) == 0
     assert recorded["operator"] == [tmp_path / "cache"]
+    assert recorded["pi"] == recorded["image"] == []  # the operator's image alone
     assert out.read_bytes() == b"the operator's archive"
     assert not out.with_name(out.name + ".partial").exists()
     printed = capsys.readouterr()
     assert printed.out == f"{out}\n"
-    assert build.OPERATOR_IMAGE in printed.err and "sha256:" + "ab" * 32 in printed.err
+    assert build.OPERATOR_IMAGE in printed.err and OPERATOR_DIGEST in printed.err
 
 
 def test_the_entry_point_defaults_to_the_shared_cache_and_a_named_file(

@@ -1,7 +1,8 @@
 """Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files).
 
 * ``kubectl``: the one way to run kubectl against a local cluster (a failure raises ``KubectlFailed``);
-* ``wait_for``: the one poll-until-true loop;
+* ``wait_for``: the one poll-until-true loop; ``Versions``: every version a watch sees, where a poll
+  would miss one;
 * ``Polling``: the one background poll (a step every 0.2 s while a block runs);
 * ``pi_job``: the pi MPIJob as users run it, derived from ``examples/pi.yaml``; ``minimal_job``: the
   smallest valid MPIJob, for checks of the API and the differ (every other builder starts from one of them);
@@ -49,6 +50,58 @@ def kubectl(
     if proc.returncode != 0:
         raise KubectlFailed(args, proc)
     return proc
+
+
+# The kubernetes client's list call of each kind Versions watches.
+_WATCHED = {"Pod": ("CoreV1Api", "list_namespaced_pod"), "Job": ("BatchV1Api", "list_namespaced_job")}
+
+
+class Versions:
+    """Every version of a namespace's objects of `kinds` ("Pod", "Job"), from one watch per kind in a
+    thread: what polls would miss (a pod failed and replaced, a child deleted and created again, between
+    two reads). `listed`: entering waits for each watch's initial list (the namespace has such objects)."""
+
+    def __init__(self, cluster: Any, namespace: str, kinds: tuple[str, ...] = ("Pod",), listed: bool = False):
+        from kubernetes import client, watch
+
+        self.versions: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self._api = cluster.api_client()
+        self._listed = listed
+        self._stopping = False
+        self._watches: list[tuple[str, Any, Callable[..., Any], threading.Event]] = []
+        for kind in kinds:
+            api_class, method = _WATCHED[kind]
+            list_fn = getattr(getattr(client, api_class)(self._api), method)
+            self._watches.append((kind, watch.Watch(), list_fn, threading.Event()))
+        self._namespace = namespace
+
+    def _run(self, kind: str, w: Any, list_fn: Callable[..., Any], seen: threading.Event) -> None:
+        try:
+            for event in w.stream(list_fn, self._namespace, _request_timeout=900):
+                self.versions.append({**self._api.sanitize_for_serialization(event["object"]), "kind": kind})
+                seen.set()
+        except Exception as exc:
+            if not self._stopping:
+                self.errors.append(exc)
+
+    def of(self, kind: str, name: str) -> list[dict[str, Any]]:
+        return [v for v in list(self.versions) if v["kind"] == kind and v["metadata"]["name"] == name]
+
+    def __enter__(self) -> Versions:
+        for args in self._watches:
+            threading.Thread(target=self._run, args=args, daemon=True).start()
+        for kind, _, _, seen in self._watches if self._listed else ():
+            assert seen.wait(30), f"the {kind} watch sent nothing in 30 s"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping = True
+        for _, w, _, _ in self._watches:
+            w.stop()
+        self._api.close()
+        if exc[0] is None:
+            assert not self.errors, f"a watch failed: {self.errors}"
 
 
 def wait_for(

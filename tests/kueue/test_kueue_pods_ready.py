@@ -15,7 +15,6 @@ loaded 2-core machine; docs/metrics-phases.md records measured figures.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -42,7 +41,7 @@ from tests.kueue.conftest import (
     condition_true,
     queued_job,
 )
-from tests.utils import kubectl, wait_for
+from tests.utils import Versions, kubectl, wait_for
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -137,45 +136,6 @@ def all_running(kq: KueueE2E, job: str, workers: int) -> list[dict[str, Any]] | 
     return running if len(running) == workers + 1 and len(launchers) == 1 else None
 
 
-class PodWatch:
-    """Every version of the namespace's pods from a watch, so a pod that fails and is replaced between two
-    polls is still seen failed."""
-
-    def __init__(self, kq: KueueE2E) -> None:
-        from kubernetes import client, watch
-
-        self.versions: list[dict[str, Any]] = []
-        self._api = kq.cluster.api_client()
-        self._core = client.CoreV1Api(self._api)
-        self._watch = watch.Watch()
-        self._ns = kq.ns
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._stopping = False
-        self._listed = threading.Event()
-
-    def _run(self) -> None:
-        try:
-            for event in self._watch.stream(self._core.list_namespaced_pod, self._ns, _request_timeout=600):
-                self.versions.append(self._api.sanitize_for_serialization(event["object"]))
-                self._listed.set()  # the namespace has pods: the first event is the watch's initial list
-        except Exception:
-            if not self._stopping:
-                raise
-
-    def failed(self, name: str) -> dict[str, Any] | None:
-        return next((p for p in list(self.versions) if name_of(p) == name and phase(p) == "Failed"), None)
-
-    def __enter__(self) -> PodWatch:
-        self._thread.start()
-        assert self._listed.wait(30), "the pod watch sent nothing in 30 s"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopping = True
-        self._watch.stop()
-        self._api.close()
-
-
 def seconds(a: datetime | None, b: datetime | None) -> float:
     assert a is not None and b is not None, (a, b)
     return (b - a).total_seconds()
@@ -221,9 +181,10 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     figures.append(f"Workload PodsReady=True {kueue_up:.0f} s after Running=True")
 
     # 2. A worker is lost (evicted the kubelet's way): Running goes, with a reason, and comes back.
-    with PodWatch(kq) as pods_watch:
+    with Versions(kq.cluster, kq.ns, ("Pod",), listed=True) as pods:
         kq.patch("pi-worker-1", {"metadata": {"annotations": {f"{KNOB}evict": "true"}}}, POD)
-        lost, lost_seen = until(lambda: pods_watch.failed("pi-worker-1"), "pi-worker-1 Failed", 30, kq, "pi")
+        failed = lambda: next((p for p in pods.of("Pod", "pi-worker-1") if phase(p) == "Failed"), None)  # noqa: E731
+        lost, lost_seen = until(failed, "pi-worker-1 Failed", 30, kq, "pi")
     tl.mark("worker lost (seen)")
     job, down_seen = until(
         lambda: not condition_true(m := kq.get("pi"), "Running") and m, "Running no longer True", 30, kq, "pi"

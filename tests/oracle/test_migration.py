@@ -12,21 +12,20 @@ fixture starts its upstream process (upstream's health port allows one at a time
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_default_service_account
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.e2e.support import HOLD, KNOB, operator_runner
-from tests.oracle.support import install_both
-from tests.utils import pi_job, wait_for
+from tests.e2e.support import HOLD, KNOB, condition_is, operator_runner, phase
+from tests.oracle.support import QUIET, install_both
+from tests.utils import Versions, pi_job, wait_for
 
 pytestmark = [pytest.mark.oracle, pytest.mark.l2]
 
@@ -50,49 +49,12 @@ def mig_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-class Births:
-    """Every pod and Job the namespace ever had, by name -> the uids seen (a watch: a child deleted and
-    created again between two polls is still seen)."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.uids: dict[tuple[str, str], set[str]] = {}
-        self._api = cluster.api_client()
-        self._watches = [watch.Watch(), watch.Watch()]
-        self._lists = [
-            client.CoreV1Api(self._api).list_namespaced_pod,
-            client.BatchV1Api(self._api).list_namespaced_job,
-        ]
-        self._threads = [
-            threading.Thread(target=self._run, args=(w, fn), daemon=True)
-            for w, fn in zip(self._watches, self._lists, strict=True)
-        ]
-        self._stopping = False
-        self.errors: list[BaseException] = []
-
-    def _run(self, w: watch.Watch, list_fn: Any) -> None:
-        try:
-            for event in w.stream(list_fn, NS, _request_timeout=900):
-                obj = event["object"]
-                key = (type(obj).__name__, obj.metadata.name)
-                self.uids.setdefault(key, set()).add(obj.metadata.uid)
-        except Exception as exc:
-            if not self._stopping:
-                self.errors.append(exc)
-
-    def twice(self) -> dict[tuple[str, str], set[str]]:
-        """Names that had more than one object."""
-        return {k: v for k, v in dict(self.uids).items() if len(v) > 1}
-
-    def __enter__(self) -> Births:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopping = True
-        for w in self._watches:
-            w.stop()
-        self._api.close()
+def twice(seen: Versions) -> dict[tuple[str, str], set[str]]:
+    """(kind, name) of every pod and Job that was more than one object, with their uids."""
+    uids: dict[tuple[str, str], set[str]] = {}
+    for v in list(seen.versions):
+        uids.setdefault((v["kind"], v["metadata"]["name"]), set()).add(v["metadata"]["uid"])
+    return {k: u for k, u in uids.items() if len(u) > 1}
 
 
 def children(kube: Kube, job: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -116,27 +78,21 @@ def undisturbed(kube: Kube, job: str, before: dict[tuple[str, str], str]) -> Non
     assert uids(now) == before, (job, sorted(set(uids(now).items()) ^ set(before.items())))
     for (kind, name), obj in now.items():
         if kind == "Pod":
-            assert obj["status"].get("phase") == "Running", (name, obj["status"])
+            assert phase(obj) == "Running", (name, obj["status"])
             assert not obj["metadata"].get("deletionTimestamp"), name
 
 
 def running(kube: Kube, job: str, workers: int = 2) -> bool:
-    mj = kube.get(MPIJOB, NS, job)
-    conds = {c["type"]: c["status"] for c in (mj.get("status") or {}).get("conditions") or []}
     pods = [o for (kind, _), o in children(kube, job).items() if kind == "Pod"]
     return (
-        conds.get("Running") == "True"
+        condition_is(kube.get(MPIJOB, NS, job), "Running")
         and len(pods) == workers + 1
-        and all(p["status"].get("phase") == "Running" for p in pods)
+        and all(phase(p) == "Running" for p in pods)
     )
 
 
 def succeeded(kube: Kube, job: str) -> bool:
-    mj = kube.get(MPIJOB, NS, job)
-    return any(
-        c["type"] == "Succeeded" and c["status"] == "True"
-        for c in (mj.get("status") or {}).get("conditions") or []
-    )
+    return condition_is(kube.get(MPIJOB, NS, job), "Succeeded")
 
 
 def release(kube: Kube, job: str) -> None:
@@ -146,7 +102,7 @@ def release(kube: Kube, job: str) -> None:
             kube.patch(POD, NS, pod["metadata"]["name"], {"metadata": {"annotations": {f"{KNOB}hold": None}}})
 
 
-def settled(kube: Kube, jobs: list[str], quiet: float = 6.0) -> None:
+def settled(kube: Kube, jobs: list[str], quiet: float = QUIET) -> None:
     """Until the jobs and their children stop changing for `quiet` seconds: the operator has synced."""
     state: dict[str, Any] = {"last": None, "since": 0.0}
 
@@ -174,7 +130,7 @@ def test_upstream_to_ours_and_back_keeps_jobs_in_flight(mig_cluster: LocalCluste
     theirs = upstream.UpstreamOperator(up_kubeconfig, tmp_path / "upstream.log", NS, "--kube-api-qps=100")
     ours = operator_runner(cluster, tmp_path / "ours.log")
     ours.flags = (f"--namespace={NS}",)
-    with Births(cluster) as births:
+    with Versions(cluster, NS, ("Pod", "Job")) as seen:
         # Upstream's binary creates every child of two running jobs.
         with theirs:
             for name in ("a", "b"):
@@ -206,8 +162,7 @@ def test_upstream_to_ours_and_back_keeps_jobs_in_flight(mig_cluster: LocalCluste
                 release(kube, job)
             for job in ("b", "c"):
                 wait_for(lambda j=job: succeeded(kube, j), f"{job} Succeeded under upstream", TIMEOUT)
-        assert not births.errors, births.errors
-        assert births.twice() == {}, f"created twice: {births.twice()}"
+        assert twice(seen) == {}, f"created twice: {twice(seen)}"
     # Every launcher Job is the one the first operator made.
     for job, before in {**made_by_upstream, **in_flight}.items():
         assert kube.get(JOB, NS, f"{job}-launcher")["metadata"]["uid"] == before[("Job", f"{job}-launcher")]

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from localcluster.operator import OperatorRunner
+from render.timeutil import parse_time
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -50,6 +51,18 @@ def kubectl(
     if proc.returncode != 0:
         raise KubectlFailed(args, proc)
     return proc
+
+
+# A finalizer of the tests' own: it keeps a deleted object readable, so a test reads when it was deleted
+# from its deletionTimestamp instead of from how busy the machine was when it looked.
+TEST_FINALIZER = "mpijob.dev/test-keep"
+
+
+def seconds_between(start: Any, end: Any) -> float:
+    """Seconds from one object timestamp (text or datetime) to another."""
+    a, b = parse_time(start), parse_time(end)
+    assert a is not None and b is not None, (start, end)
+    return (b - a).total_seconds()
 
 
 # The kubernetes client's list call of each kind Versions watches.

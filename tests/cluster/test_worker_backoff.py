@@ -22,25 +22,20 @@ from tests.cluster.test_operator import (
     set_pod_status,
     workers,
 )
-from tests.utils import pi_job, wait_for
+from tests.utils import TEST_FINALIZER, pi_job, seconds_between, wait_for
 
 MESSAGE = "sshd: no hostkeys available -- exiting."
 BACKOFF = failures.BACKOFF_BASE_SECONDS  # a worker's first failure
-KEEP = "mpijob.dev/test-keep"
 
 
 def stamp(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def seconds(stamp_text: str) -> float:
-    return datetime.strptime(stamp_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-
-
-def crash(kube: Kube, pod: dict[str, Any]) -> float:
+def crash(kube: Kube, pod: dict[str, Any]) -> str:
     """What the kubelet writes for a container that exited 1 a second after it started; returns its
     finishedAt."""
-    end = datetime.now(UTC).replace(microsecond=0)
+    end = datetime.now(UTC)
     term = {
         "exitCode": 1,
         "reason": "Error",
@@ -64,7 +59,7 @@ def crash(kube: Kube, pod: dict[str, Any]) -> float:
             }
         ],
     )
-    return end.timestamp()
+    return stamp(end)
 
 
 def uid(pod: dict[str, Any]) -> str:
@@ -84,7 +79,7 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
     # failure 1 of worker 0: kept for 10 s, then replaced. A test finalizer keeps the deleted pod readable,
     # so the wait is read from the objects' timestamps, not from how busy this machine is.
     name0 = first[0]["metadata"]["name"]
-    kube.patch(POD, namespace, name0, {"metadata": {"finalizers": [KEEP]}})
+    kube.patch(POD, namespace, name0, {"metadata": {"finalizers": [TEST_FINALIZER]}})
     finished = crash(kube, first[0])
     wait_for(lambda: has_condition(get_job(kube, namespace), "Restarting"), "Restarting")
     restarting = condition(get_job(kube, namespace)["status"], "Restarting")
@@ -95,7 +90,7 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
         timeout=30,
     )
     assert uid(deleted) == uid(first[0])
-    kept = seconds(deleted["metadata"]["deletionTimestamp"]) - finished
+    kept = seconds_between(finished, deleted["metadata"]["deletionTimestamp"])
     assert kept >= BACKOFF - 1, kept  # timestamps have whole seconds; its logs stayed through the back-off
     kube.patch(POD, namespace, name0, {"metadata": {"finalizers": None}})
     second = wait_for(
@@ -109,7 +104,7 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
         "worker 0 replaced",
         timeout=30,
     )
-    assert seconds(second[0]["metadata"]["creationTimestamp"]) - finished >= BACKOFF - 1
+    assert seconds_between(finished, second[0]["metadata"]["creationTimestamp"]) >= BACKOFF - 1
     created |= {uid(p) for p in second}
 
     # failures 2 and 3 (worker 1, then worker 0 again): 3 > backoffLimit 2

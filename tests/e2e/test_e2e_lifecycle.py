@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from reconcile.runtime.kube import JOB, POD
-from render.timeutil import parse_time
 from tests.e2e.support import (
     E2E,
     HOLD,
@@ -23,17 +22,9 @@ from tests.e2e.support import (
     phase,
     pod_ready,
 )
-from tests.utils import pi_job, processed_after_nudge
+from tests.utils import TEST_FINALIZER, pi_job, processed_after_nudge, seconds_between
 
 pytestmark = pytest.mark.l2
-
-KEEP = "mpijob.dev/test-keep"  # a finalizer of the test's own
-
-
-def seconds(start: str, end: str) -> float:
-    a, b = parse_time(start), parse_time(end)
-    assert a is not None and b is not None, (start, end)
-    return (b - a).total_seconds()
 
 
 def running_workers(e2e: E2E, job: str) -> list[str]:
@@ -43,12 +34,12 @@ def running_workers(e2e: E2E, job: str) -> list[str]:
 def test_ttl_after_finished_deletes_the_mpijob(e2e: E2E) -> None:
     # A test finalizer keeps the deleted MPIJob readable: the TTL is read from its own timestamps.
     body = pi_job(root=True, run_policy={"ttlSecondsAfterFinished": 3})
-    body["metadata"]["finalizers"] = [KEEP]
+    body["metadata"]["finalizers"] = [TEST_FINALIZER]
     created = e2e.submit(body)
     job = e2e.wait_condition("pi", "Succeeded")
     assert job["metadata"]["uid"] == created["metadata"]["uid"]
     deleted = e2e.wait_for(lambda: (j := e2e.get("pi"))["metadata"].get("deletionTimestamp") and j, "gone")
-    ttl = seconds(job["status"]["completionTime"], deleted["metadata"]["deletionTimestamp"])
+    ttl = seconds_between(job["status"]["completionTime"], deleted["metadata"]["deletionTimestamp"])
     assert ttl >= 3 - 1, ttl  # not before the TTL (whole seconds)
     e2e.patch("pi", {"metadata": {"finalizers": None}})
     e2e.wait_gone("pi", timeout=30)

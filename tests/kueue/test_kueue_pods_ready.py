@@ -41,7 +41,7 @@ from tests.kueue.conftest import (
     condition_true,
     queued_job,
 )
-from tests.utils import Versions, kubectl, wait_for
+from tests.utils import Versions, kubectl, seconds_between, wait_for
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -136,11 +136,6 @@ def all_running(kq: KueueE2E, job: str, workers: int) -> list[dict[str, Any]] | 
     return running if len(running) == workers + 1 and len(launchers) == 1 else None
 
 
-def seconds(a: datetime | None, b: datetime | None) -> float:
-    assert a is not None and b is not None, (a, b)
-    return (b - a).total_seconds()
-
-
 def phase_counts(op: OperatorRunner) -> dict[str, float]:
     out = {}
     for (name, labels), value in op.metrics().items():
@@ -172,12 +167,12 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     )
     tl.mark("Running=True (seen)")
     last_pod = max(t for p in pods if (t := pod_running_start(p)) is not None)
-    up = seconds(last_pod, ltt(job, "Running"))
+    up = seconds_between(last_pod, ltt(job, "Running"))
     seen = running_seen - pods_seen
     figures = [f"Running=True {up:.0f} s after the last pod's start (timestamps), seen {seen:.2f} s later"]
     assert -1 <= up <= BOUND
     wl = kq.wait_workload("pi", "PodsReady", timeout=30)
-    kueue_up = seconds(ltt(job, "Running"), ltt(wl, "PodsReady"))
+    kueue_up = seconds_between(ltt(job, "Running"), ltt(wl, "PodsReady"))
     figures.append(f"Workload PodsReady=True {kueue_up:.0f} s after Running=True")
 
     # 2. A worker is lost (evicted the kubelet's way): Running goes, with a reason, and comes back.
@@ -196,7 +191,7 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     running = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
     assert all(c["status"] != "True" for c in running)
     lost_at = ltt(lost, "DisruptionTarget")
-    down = seconds(lost_at, ltt(job, "Restarting"))
+    down = seconds_between(lost_at, ltt(job, "Restarting"))
     seen = down_seen - lost_seen
     figures.append(
         f"Restarting=True {down:.0f} s after the worker failed (timestamps), seen {seen:.2f} s later"
@@ -205,7 +200,7 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     wl = kq.wait_for(
         lambda: (w := kq.workload("pi")) and ltt(w, "PodsReady", "False") and w, "PodsReady=False", 30, "pi"
     )
-    kueue_down = seconds(ltt(job, "Restarting"), ltt(wl, "PodsReady", "False"))
+    kueue_down = seconds_between(ltt(job, "Restarting"), ltt(wl, "PodsReady", "False"))
     figures.append(
         f"Workload PodsReady=False ({reason(wl, 'PodsReady')}) {kueue_down:.0f} s after Restarting"
     )
@@ -217,7 +212,7 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     )
     tl.mark("Running=True again (seen)")
     last_pod = max(t for p in pods if (t := pod_running_start(p)) is not None)
-    back = seconds(last_pod, ltt(job, "Running"))
+    back = seconds_between(last_pod, ltt(job, "Running"))
     seen = back_seen - pods_seen
     figures.append(f"Running=True again {back:.0f} s after the replacement's start, seen {seen:.2f} s later")
     assert -1 <= back <= BOUND
@@ -264,7 +259,7 @@ def test_a_job_that_cannot_start_is_evicted_requeued_and_then_runs(kq: KueueE2E)
     )
     tl.mark(f"evicted ({reason(wl, 'Evicted')})")
     assert reason(wl, "Evicted") == "PodsReadyTimeout", wl["status"]
-    waited = seconds(ltt(first, "Admitted"), ltt(wl, "Evicted"))
+    waited = seconds_between(ltt(first, "Admitted"), ltt(wl, "Evicted"))
     print(f"\nevicted {waited:.0f} s after admission (timeout {PODS_READY_TIMEOUT} s)")
     assert PODS_READY_TIMEOUT <= waited <= PODS_READY_TIMEOUT + 15
     evicted_at = ltt(wl, "Evicted")

@@ -17,9 +17,8 @@ import yaml
 
 from localcluster.binaries import find_bin_dir
 from tests.upstream_source import upstream_flags
+from tests.utils import REPO
 from tools.crdgen import build as crdbuild
-
-REPO = Path(__file__).resolve().parents[2]
 
 Objects = list[dict[str, Any]]
 

@@ -17,10 +17,10 @@ import pytest
 
 from reconcile import flags
 from tests.tools.conftest import Objects, documents
+from tests.utils import REPO
 
 pytestmark = pytest.mark.tools
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "mpi-operator"
 DASHBOARD = REPO / "deploy" / "grafana" / "mpijob-operator.json"
 

@@ -35,7 +35,6 @@ waits 4 round trips, not 8 (the first of several same-kind creates goes alone: s
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import Counter
@@ -44,12 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal
 
 import attrs
-from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
-from urllib3.exceptions import HTTPError
 
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
-from reconcile.engine.writer import Writer
+from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
 
 log = logging.getLogger(__name__)
 
@@ -150,19 +146,7 @@ def execute(
     thousands of objects does not hold thousands of answers at once."""
     if not plan.writes and not plan.conflicts:
         return ExecResult()
-    try:
-        writer.prepare()  # e.g. discovery: it can fail like any request
-    except (ApiException, HTTPError, OSError) as exc:
-        log.warning("API discovery failed: %s", _message(exc))
-        return ExecResult(
-            failures=(
-                *(Failure(e.key, "delete", "discovery", _message(exc)) for e in plan.deletes),
-                *(Failure(e.key, "create", "discovery", _message(exc)) for e in plan.creates),
-                *(Failure(e.key, "apply", "discovery", _message(exc)) for e in plan.patches),
-            ),
-            retry=True,
-        )
-    run = _Run(writer, field_manager, "All" if dry_run else None, create_rules.permanent_codes, on_done)
+    run = _Run(writer, field_manager, dry_run, create_rules.permanent_codes, on_done)
     for delete in plan.deletes:
         run.delete(delete)
     _creates(run, plan, create_rules)
@@ -252,40 +236,6 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return pool
 
 
-def _status(exc: BaseException) -> int | None:
-    return exc.status if isinstance(exc, ApiException) else None
-
-
-def _reason(exc: BaseException) -> str:
-    body = getattr(exc, "body", None)
-    try:
-        return str(json.loads(body).get("reason", "")) if body else ""
-    except (ValueError, AttributeError, TypeError):
-        return ""
-
-
-def _message(exc: BaseException) -> str:
-    body = getattr(exc, "body", None)
-    try:
-        message = json.loads(body).get("message") if body else None
-    except (ValueError, AttributeError, TypeError):
-        message = None
-    if message:
-        return str(message)
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _causes(exc: BaseException) -> list[Any]:
-    """The field causes of an Invalid error (none for a failed JSON-patch ``test``)."""
-    body = getattr(exc, "body", None)
-    try:
-        return list((json.loads(body).get("details") or {}).get("causes") or ()) if body else []
-    except (ValueError, AttributeError, TypeError):
-        return []
-
-
 def _retryable(status: int | None) -> bool:
     return status is None or status in (409, 429) or status >= 500
 
@@ -295,7 +245,7 @@ class _Run:
         self,
         writer: Writer,
         field_manager: str,
-        dry_run: str | None,
+        dry_run: bool,
         permanent_codes: frozenset[int] = frozenset(),
         on_done: Callable[[Outcome], None] | None = None,
     ) -> None:
@@ -312,23 +262,25 @@ class _Run:
         self.retry = False
         self.replan = False
 
-    def _resource(self, api_version: str, key: ObjectKey, verb: Verb) -> object | None:
+    def _send(
+        self, verb: Verb, api_version: str, key: ObjectKey, write: WriteVerb, body: Any
+    ) -> tuple[dict[str, Any] | None, WriteFailed | None]:
+        """Send one request; returns (answer, None) or (None, what failed)."""
+        request = WriteRequest(
+            write,
+            api_version,
+            key.kind,
+            key.namespace,
+            key.name,
+            body,
+            field_manager="" if write == "delete" else self.field_manager,
+            dry_run=self.dry_run,
+        )
         try:
-            return self.writer.resource(api_version, key.kind)
-        except (ResourceNotFoundError, ApiException, HTTPError, OSError) as exc:
-            # e.g. a custom resource whose CRD is not installed (yet): worth a retry with backoff.
-            self._fail(key, verb, "discovery", f"{api_version} {key.kind}: {_message(exc)}", retry=True)
-            return None
-
-    def _call(
-        self, verb: Verb, key: ObjectKey, send: Callable[[], dict[str, Any] | None]
-    ) -> tuple[dict[str, Any] | None, BaseException | None]:
-        """Send one request; returns (response dict, None) or (None, exception)."""
-        try:
-            answer = send()
-        except (ApiException, HTTPError, OSError) as exc:
-            status = _status(exc)
-            self.requests.append(Request(verb, key.kind, str(status) if status is not None else "error"))
+            answer = self.writer.send(request)
+        except WriteFailed as exc:
+            if not exc.unknown_kind:
+                self.requests.append(Request(verb, key.kind, exc.code))
             return None, exc
         self.requests.append(Request(verb, key.kind, "201" if verb == "create" else "200"))
         return answer, None
@@ -357,103 +309,59 @@ class _Run:
         self.events.append(EventData(WARNING, reason, f"{verb} {key}: {message}", str(key)))
         log.warning("%s %s failed (%s): %s", verb, key, code, message)
 
-    def _error(self, key: ObjectKey, verb: Verb, exc: BaseException) -> None:
-        status = _status(exc)
-        code = str(status) if status is not None else "error"
-        permanent = verb == "create" and status in self.permanent_codes
-        causes = tuple(
-            (str(c.get("field", "")), str(c.get("message", "")))
-            for c in _causes(exc)
-            if isinstance(c, Mapping)
-        )
-        self._fail(
-            key, verb, code, _message(exc), retry=_retryable(status), permanent=permanent, causes=causes
-        )
+    def _error(self, key: ObjectKey, verb: Verb, api_version: str, exc: WriteFailed) -> None:
+        if exc.unknown_kind:
+            # e.g. a custom resource whose CRD is not installed (yet): worth a retry with backoff.
+            message = f"{api_version} {key.kind}: {exc.message}"
+            self._fail(key, verb, exc.code, message, retry=True)
+            return
+        permanent = verb == "create" and exc.status in self.permanent_codes
+        causes = tuple((str(c.get("field", "")), str(c.get("message", ""))) for c in exc.causes)
+        retry = _retryable(exc.status)
+        self._fail(key, verb, exc.code, exc.message, retry=retry, permanent=permanent, causes=causes)
 
     def create(self, entry: Create) -> None:
-        res = self._resource(entry.api_version, entry.key, "create")
-        if res is None:
-            return
-        answer, exc = self._call(
-            "create",
-            entry.key,
-            lambda: self.writer.create(
-                res,
-                entry.body,
-                namespace=entry.key.namespace or None,
-                field_manager=self.field_manager,
-                dry_run=self.dry_run,
-            ),
-        )
+        answer, exc = self._send("create", entry.api_version, entry.key, "create", entry.body)
         if exc is None:
             self._finish(Outcome(entry.key, "created", answer))
             self.events.append(EventData(NORMAL, "SuccessfulCreate", f"Created {entry.key}", str(entry.key)))
-        elif _status(exc) == 409 and _reason(exc) == "AlreadyExists":
+        elif exc.status == 409 and exc.reason == "AlreadyExists":
             # Our cache missed it (or someone else took the name): plan again from fresh data.
             self.replan = True
             log.info("create %s: already exists; re-plan", entry.key)
         else:
-            self._error(entry.key, "create", exc)
+            self._error(entry.key, "create", entry.api_version, exc)
 
     def apply(self, entry: Patch) -> None:
-        res = self._resource(entry.api_version, entry.key, "apply")
-        if res is None:
-            return
         answer: dict[str, Any] | None = None
         if entry.removal_patch:
-            answer, exc = self._call(
-                "patch",
-                entry.key,
-                lambda: self.writer.json_patch(
-                    res,
-                    entry.key.name,
-                    entry.removal_patch,
-                    namespace=entry.key.namespace or None,
-                    field_manager=self.field_manager,
-                    dry_run=self.dry_run,
-                ),
-            )
+            ops = list(entry.removal_patch)
+            answer, exc = self._send("patch", entry.api_version, entry.key, "json-patch", ops)
             if exc is not None:
                 self._removal_failed(entry, exc)
                 return
-        body = entry.body
-        if body is None:  # removals only
+        if entry.body is None:  # removals only
             self._finish(Outcome(entry.key, "configured", answer))
             return
-        answer, exc = self._call(
-            "apply",
-            entry.key,
-            lambda: self.writer.apply(
-                res,
-                entry.key.name,
-                body,
-                namespace=entry.key.namespace or None,
-                field_manager=self.field_manager,
-                dry_run=self.dry_run,
-            ),
-        )
+        answer, exc = self._send("apply", entry.api_version, entry.key, "apply", entry.body)
         if exc is None:
             self._finish(Outcome(entry.key, "configured", answer))
-        elif _status(exc) == 404:
+        elif exc.status == 404:
             self.replan = True  # gone since we looked: the next plan creates it
         else:
-            self._error(entry.key, "apply", exc)
+            self._error(entry.key, "apply", entry.api_version, exc)
 
-    def _removal_failed(self, entry: Patch, exc: BaseException) -> None:
-        status = _status(exc)
-        if status == 404:
+    def _removal_failed(self, entry: Patch, exc: WriteFailed) -> None:
+        if exc.status == 404:
             self.replan = True
-        elif status == 409 or (status == 422 and not _causes(exc)):
+        elif exc.status == 409 or (exc.status == 422 and not exc.causes):
             # The resourceVersion test failed: the object changed since the plan. Plan again, later.
             self.retry = True
             log.info("removals from %s: the object changed since the plan; retry", entry.key)
         else:
-            self._error(entry.key, "patch", exc)
+            self._error(entry.key, "patch", entry.api_version, exc)
 
     def delete(self, entry: Delete) -> None:
-        res = self._resource(entry.api_version, entry.key, "delete")
-        if res is None:
-            return
         options: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -462,13 +370,7 @@ class _Run:
         }
         if entry.grace_period_seconds is not None:
             options["gracePeriodSeconds"] = entry.grace_period_seconds
-        answer, exc = self._call(
-            "delete",
-            entry.key,
-            lambda: self.writer.delete(
-                res, entry.key.name, options, namespace=entry.key.namespace or None, dry_run=self.dry_run
-            ),
-        )
+        answer, exc = self._send("delete", entry.api_version, entry.key, "delete", options)
         if exc is None:
             self._finish(Outcome(entry.key, "deleted", answer))
             # A force delete is not routine: whoever ran the object may not have stopped it.
@@ -478,11 +380,11 @@ class _Run:
                 if entry.grace_period_seconds == 0
                 else EventData(NORMAL, "SuccessfulDelete", f"Deleted {key}", key)
             )
-        elif _status(exc) == 404:
+        elif exc.status == 404:
             self._finish(Outcome(entry.key, "gone"))
         else:
             # 409 here is a failed UID precondition: a successor took the name; retry re-plans it.
-            self._error(entry.key, "delete", exc)
+            self._error(entry.key, "delete", entry.api_version, exc)
 
     def conflict(self, entry: Conflict, owner_description: str) -> None:
         message = f'Resource "{entry.key.name}" already exists and is not managed by {owner_description}'

@@ -21,7 +21,7 @@ import render
 from reconcile.engine import managedfields
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.plan import Plan
-from reconcile.engine.writer import Writer
+from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import (
     Action,
@@ -49,7 +49,6 @@ from reconcile.runtime.informer import Informer, controller_ref, key_of, node_na
 from reconcile.runtime.kube import (
     CONFIGMAP,
     JOB,
-    MERGE_PATCH,
     MPIJOB,
     NODE,
     POD,
@@ -142,8 +141,8 @@ class Controller:
             inf.add_handler(self._on_child)
         if self.nodes is not None:
             self.nodes.add_handler(self._on_node)
-        # The executor's client knows our kinds: no API discovery before a new leader's first write.
-        self._writer: Writer | None = writer
+        # Every write of the controller goes through this one Writer.
+        self.writer: Writer = writer if writer is not None else KubeWriter(kube)
         self._workers: list[threading.Thread] = []
         # key -> everything its syncs remember (reconcile.mpijob.memory): the only state between syncs
         self._memory: dict[str, JobMemory] = {}
@@ -267,7 +266,7 @@ class Controller:
         except Exception as err:
             result = "error"
             # expected ones (HTTPError, OSError: the API server is unreachable) without a traceback
-            if isinstance(err, (ApiError, SyncError, HTTPError, OSError)):
+            if isinstance(err, (ApiError, WriteFailed, SyncError, HTTPError, OSError)):
                 log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
             else:
                 log.exception("sync failed, requeued", extra={"key": key})
@@ -307,7 +306,7 @@ class Controller:
         self.metrics.sync_errors.labels(reason=reason).inc()
         self._remember(key, lambda m: attrs.evolve(m, sync_failures=m.sync_failures + 1))
         count = self._memory[key].sync_failures
-        if isinstance(err, SyncError) or (isinstance(err, ApiError) and err.status == 409):
+        if isinstance(err, SyncError) or (isinstance(err, (ApiError, WriteFailed)) and err.status == 409):
             return
         obj = self.mpijobs.store.get(key)
         if obj is None:
@@ -393,7 +392,7 @@ class Controller:
         result = (
             execute(
                 the_plan,
-                self._executor_writer(),
+                self.writer,
                 self.field_manager,
                 owner_description="MPIJob",
                 create_rules=CREATE_RULES,
@@ -443,29 +442,49 @@ class Controller:
 
     def _delete_expired(self, key: str, obj: dict[str, Any]) -> None:
         log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
-        meta = obj["metadata"]
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": obj["metadata"].get("uid")},
+        }
         try:
-            self.kube.delete(MPIJOB, meta.get("namespace", ""), meta["name"], uid=meta.get("uid"))
-        except ApiError as err:
+            self._write(obj, "delete", options)
+        except WriteFailed as err:
             if err.status not in (404, 409):
                 raise
 
-    def _executor_writer(self) -> Writer:
-        if self._writer is None:
-            self._writer = KubeWriter(self.kube)
-        return self._writer
+    def _write(
+        self, target: Mapping[str, Any], verb: WriteVerb, body: Any, subresource: str = ""
+    ) -> dict[str, Any]:
+        """One write of an object the sync holds (the MPIJob, or its launcher Job), through the Writer."""
+        meta = target["metadata"]
+        request = WriteRequest(
+            verb,
+            str(target["apiVersion"]),
+            str(target["kind"]),
+            str(meta.get("namespace", "")),
+            str(meta["name"]),
+            body,
+            subresource=subresource,
+        )
+        answer = self.writer.send(request) or {}
+        answer.setdefault("apiVersion", target["apiVersion"])
+        answer.setdefault("kind", target["kind"])
+        return answer
 
     def children_of(self, job: Any) -> list[dict[str, Any]]:
         """Live children from the caches: ours, launcher pods (through our Job), PriorityClasses, and the
         Nodes those pods are bound to."""
         out: list[dict[str, Any]] = []
-        seen: set[str] = set()
+        seen: set[object] = set()
 
         def add(objs: Iterable[dict[str, Any]]) -> None:
             for o in objs:
-                uid = (o.get("metadata") or {}).get("uid", "")
-                if uid not in seen:
-                    seen.add(uid)
+                meta = o.get("metadata") or {}
+                identity = meta.get("uid") or (o.get("kind"), meta.get("namespace"), meta.get("name"))
+                if identity not in seen:
+                    seen.add(identity)
                     out.append(o)
 
         for inf in self.children.values():
@@ -520,9 +539,7 @@ class Controller:
 
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         body = {**obj, "status": status}  # serialized as it is sent: no copy of the rest needed
-        updated = self.kube.replace(MPIJOB, body, subresource="status")
-        updated.setdefault("apiVersion", MPIJOB.api_version)
-        updated.setdefault("kind", MPIJOB.kind)
+        updated = self._write(obj, "update", body, subresource="status")
         self.mpijobs.observe(updated)
         return updated
 
@@ -558,16 +575,7 @@ class Controller:
         """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
         meta = target["metadata"]
         log.info("clearing the launcher Job's startTime to resume", extra={"job": meta["name"]})
-        updated = self.kube.patch(
-            JOB,
-            meta["namespace"],
-            meta["name"],
-            {"status": {"startTime": None}},
-            content_type=MERGE_PATCH,
-            subresource="status",
-        )
-        updated.setdefault("apiVersion", JOB.api_version)
-        updated.setdefault("kind", JOB.kind)
+        updated = self._write(target, "merge-patch", {"status": {"startTime": None}}, subresource="status")
         self.children[JOB].observe(updated)
 
     def _read_back(self, outcome: Outcome) -> None:
@@ -609,8 +617,10 @@ class SyncError(Exception):
 
 
 def _error_reason(err: Exception) -> str:
-    if isinstance(err, ApiError):
+    if isinstance(err, (ApiError, WriteFailed)) and err.status is not None:
         return f"ApiError{err.status}"
+    if isinstance(err, WriteFailed) and err.__cause__ is not None:
+        return type(err.__cause__).__name__
     return type(err).__name__
 
 

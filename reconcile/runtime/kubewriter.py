@@ -1,95 +1,51 @@
-"""The executor's Writer (reconcile.engine.writer) over ``Kube``: the known kinds' paths, plain dicts in and
-out, no dynamic client.
+"""The Writer (reconcile.engine.writer) over ``Kube``: a request value becomes one request on the known
+kinds' paths, through the same door (rate limit, fence, metrics) as every other request.
 
-The dynamic client resolves every request through its discovered resource objects and wraps answers; here
-a write is one request through the same instrumented client (rate limit, fence, metrics) as every other.
-A kind outside the table raises ``ResourceNotFoundError``, as the dynamic client's discovery does.
+A kind outside the table, a refused write and a write without an answer raise ``WriteFailed``; the fence's
+``NotLeader`` goes through untouched, so the sync stops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from urllib3.exceptions import HTTPError
 
-from reconcile.runtime.kube import APPLY_PATCH, JSON_PATCH, Kube, Resource, resource_for
+from reconcile.engine.writer import WriteFailed, WriteRequest
+from reconcile.runtime.kube import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, ApiError, Kube, resource_for
+
+_METHODS: dict[str, tuple[str, str | None]] = {
+    "create": ("POST", None),
+    "update": ("PUT", None),
+    "apply": ("PATCH", APPLY_PATCH),
+    "json-patch": ("PATCH", JSON_PATCH),
+    "merge-patch": ("PATCH", MERGE_PATCH),
+    "delete": ("DELETE", None),
+}
 
 
 class KubeWriter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    def prepare(self) -> None:
-        """Nothing to discover: every path comes from the table of kinds."""
-
-    def resource(self, api_version: str, kind: str) -> object:
+    def send(self, request: WriteRequest) -> dict[str, Any] | None:
         try:
-            return resource_for(api_version, kind)
+            res = resource_for(request.api_version, request.kind)
         except KeyError:
-            raise ResourceNotFoundError(f"No matches found for {api_version} {kind}") from None
-
-    def create(
-        self,
-        resource: object,
-        body: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        res = _res(resource)
-        query = {"fieldManager": field_manager, "dryRun": dry_run}
-        return self.kube.request("POST", res.path(namespace), query=query, body=dict(body))
-
-    def json_patch(
-        self,
-        resource: object,
-        name: str,
-        ops: Sequence[Mapping[str, Any]],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        res = _res(resource)
-        query = {"fieldManager": field_manager, "dryRun": dry_run}
-        return self.kube.request(
-            "PATCH", res.path(namespace, name), query=query, body=list(ops), content_type=JSON_PATCH
-        )
-
-    def apply(
-        self,
-        resource: object,
-        name: str,
-        body: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        res = _res(resource)
-        query = {"fieldManager": field_manager, "force": "true", "dryRun": dry_run}
-        return self.kube.request(
-            "PATCH", res.path(namespace, name), query=query, body=dict(body), content_type=APPLY_PATCH
-        )
-
-    def delete(
-        self,
-        resource: object,
-        name: str,
-        options: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        res = _res(resource)
-        return self.kube.request(
-            "DELETE", res.path(namespace, name), query={"dryRun": dry_run}, body=dict(options)
-        )
-
-
-def _res(resource: object) -> Resource:
-    if not isinstance(resource, Resource):
-        raise TypeError(f"not a resource of the kinds table: {resource!r}")
-    return resource
+            raise WriteFailed(
+                None, f"no matches for {request.api_version} {request.kind}", unknown_kind=True
+            ) from None
+        method, content_type = _METHODS[request.verb]
+        name = None if request.verb == "create" else request.name
+        query = {
+            "fieldManager": request.field_manager or None,
+            "force": "true" if request.verb == "apply" else None,
+            "dryRun": "All" if request.dry_run else None,
+        }
+        path = res.path(request.namespace or None, name, request.subresource or None)
+        try:
+            return self.kube.request(method, path, query=query, body=request.body, content_type=content_type)
+        except ApiError as err:
+            raise WriteFailed.from_answer(err.status or 0, err.reason or "", err.body) from err
+        except (HTTPError, OSError) as err:
+            raise WriteFailed(None, f"{type(err).__name__}: {err}") from err

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
+import jsonpatch
 
+from reconcile.engine.writer import WriteFailed, WriteRequest
 from reconcile.runtime.kube import ApiError, Kube, Resource
 
 
@@ -87,41 +89,106 @@ class Clock:
         return self.t
 
 
-class FakeResources:
-    def __init__(self, known: set[str]) -> None:
-        self.known = known
+class RecordingWriter:
+    """The Writer fake of every unit test: objects in memory by (kind, namespace, name), each request
+    recorded in ``sent``. ``refuse`` may fail a request (a WriteFailed, raised before it is carried out);
+    ``kinds`` limits the kinds it knows, as a server without a CRD."""
 
-    def get(self, api_version: str, kind: str) -> tuple[str, str]:
-        if kind not in self.known:
-            raise ResourceNotFoundError(f"No matches found for {api_version} {kind}")
-        return (api_version, kind)
+    def __init__(
+        self,
+        kinds: set[str] | None = None,
+        refuse: Callable[[WriteRequest], WriteFailed | None] | None = None,
+    ) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.sent: list[WriteRequest] = []
+        self.kinds = kinds
+        self.refuse = refuse
+        self.rv = 0
+
+    def lines(self) -> list[str]:
+        return [str(r) for r in self.sent]
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """An object the world already holds (not a request)."""
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        version = str(meta.get("resourceVersion", ""))
+        if version.isdigit():  # the versions it writes come after those it holds
+            self.rv = max(self.rv, int(version))
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, namespace, name))
+
+    def send(self, request: WriteRequest) -> dict[str, Any] | None:
+        self.sent.append(request)
+        if self.kinds is not None and request.kind not in self.kinds:
+            raise WriteFailed(None, f"no matches for {request.api_version} {request.kind}", unknown_kind=True)
+        failure = self.refuse(request) if self.refuse is not None else None
+        if failure is not None:
+            raise failure
+        key = (request.kind, request.namespace, request.name)
+        if request.verb == "create":
+            if key in self.objects:
+                raise WriteFailed(
+                    409, f"{request.kind} {request.name} already exists", reason="AlreadyExists"
+                )
+            created = copy.deepcopy(dict(request.body))
+            created["metadata"].setdefault("uid", f"uid-{request.name}")
+            return self._store(key, created, request.dry_run)
+        live = self.objects.get(key)
+        if live is None:
+            raise WriteFailed(404, f"{request.kind} {request.name} not found", reason="NotFound")
+        if request.verb == "delete":
+            want = ((request.body or {}).get("preconditions") or {}).get("uid")
+            if want and want != live["metadata"].get("uid"):
+                raise WriteFailed(409, "precondition failed: uid", reason="Conflict")
+            if not request.dry_run:
+                del self.objects[key]
+            return {"kind": "Status", "status": "Success"}
+        return self._store(key, self._changed(request, live), request.dry_run)
+
+    def _changed(self, request: WriteRequest, live: dict[str, Any]) -> dict[str, Any]:
+        if request.verb == "update":
+            sent = request.body["metadata"].get("resourceVersion")
+            if sent is not None and sent != live["metadata"].get("resourceVersion"):
+                raise WriteFailed(409, "the object has been modified", reason="Conflict")
+            if request.subresource == "status":
+                return {**copy.deepcopy(live), "status": copy.deepcopy(request.body.get("status"))}
+            return copy.deepcopy(dict(request.body))
+        if request.verb == "json-patch":
+            try:
+                return jsonpatch.apply_patch(live, list(request.body))
+            except jsonpatch.JsonPatchTestFailed as err:
+                raise WriteFailed(422, str(err), reason="Invalid") from None
+        if request.verb == "merge-patch":
+            return _merge(copy.deepcopy(live), request.body)
+        applied = copy.deepcopy(dict(request.body))  # apply: the fields we render, on the live object
+        return _merge(copy.deepcopy(live), {k: v for k, v in applied.items() if k != "metadata"}) | {
+            "metadata": {
+                **live["metadata"],
+                **applied.get("metadata", {}),
+                "uid": live["metadata"].get("uid"),
+            }
+        }
+
+    def _store(self, key: tuple[str, str, str], obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+        if not dry_run:
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objects[key] = obj
+        return copy.deepcopy(obj)
 
 
-class FakeDynamic:
-    """Records calls; ``fail`` maps (verb, name) to an exception to raise."""
-
-    def __init__(self, fail: dict[tuple[str, str], BaseException] | None = None) -> None:
-        self.resources = FakeResources({"ConfigMap", "Pod"})
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.fail = fail or {}
-
-    def _do(self, verb: str, name: str, kwargs: dict[str, Any], answer: Callable[[], dict[str, Any]]) -> Any:
-        self.calls.append((verb, kwargs))
-        if (verb, name) in self.fail:
-            raise self.fail[(verb, name)]
-        return answer()
-
-    def create(self, **kw: Any) -> dict[str, Any]:
-        return self._do("create", kw["body"]["metadata"]["name"], kw, lambda: {**kw["body"], "uid": "new"})
-
-    def patch(self, **kw: Any) -> dict[str, Any]:
-        return self._do("patch", kw["name"], kw, lambda: {"patched": kw["body"]})
-
-    def server_side_apply(self, **kw: Any) -> dict[str, Any]:
-        return self._do("apply", kw["name"], kw, lambda: dict(kw["body"]))
-
-    def delete(self, **kw: Any) -> dict[str, Any]:
-        return self._do("delete", kw["name"], kw, lambda: {"kind": "Status"})
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386: null removes, objects merge, anything else replaces."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            target[k] = _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target
 
 
 class NoKube(Kube):

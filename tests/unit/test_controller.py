@@ -18,12 +18,12 @@ from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import JOB, POD, SECRET, ApiError
 from tests import utils
-from tests.unit.fakes import FakeKube, NoKube
+from tests.unit.fakes import FakeKube, NoKube, RecordingWriter
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def controller(kube=None, gang: str = "", workload_api: str = "") -> Controller:
+def controller(kube=None, gang: str = "", workload_api: str = "", writer=None) -> Controller:
     kube = kube or NoKube()
     return Controller(
         kube,
@@ -31,6 +31,7 @@ def controller(kube=None, gang: str = "", workload_api: str = "") -> Controller:
         metrics=Metrics(),
         recorder=EventRecorder(kube),
         now=lambda: NOW,
+        writer=writer or RecordingWriter(),
     )
 
 
@@ -206,19 +207,18 @@ def test_api_errors_other_than_404_propagate_from_reads():
 
 
 def test_invalid_job_gets_failed_status_and_warning_event_once():
-    kube = FakeKube()
-    c = controller(kube)
+    kube, writer = FakeKube(), RecordingWriter()
+    c = controller(kube, writer=writer)
     bad = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
         "metadata": {"name": "bad", "namespace": "ns", "uid": "bad-uid", "resourceVersion": "1"},
         "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1}}},  # no Launcher
     }
-    kube.objects[("mpijobs", "ns", "bad")] = bad
-    kube.rv = 10  # the server's next resourceVersion is newer than the cached one
+    writer.put(copy.deepcopy(bad))
     c.mpijobs.store.upsert(bad)
     c.sync("ns/bad")
-    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    status = writer.objects[("MPIJob", "ns", "bad")]["status"]
     failed = next(x for x in status["conditions"] if x["type"] == "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "ValidationError")
     assert "Launcher" in failed["message"]
@@ -227,14 +227,14 @@ def test_invalid_job_gets_failed_status_and_warning_event_once():
         ("Warning", "ValidationError")
     ]
     # a second sync of the unchanged job writes nothing
-    calls = len(kube.calls)
+    assert writer.lines() == ["update MPIJob/status ns/bad"]
     c.sync("ns/bad")
-    assert kube.calls[calls:] == []
+    assert writer.lines() == ["update MPIJob/status ns/bad"]
 
 
 def test_managed_externally_and_deleted_jobs_are_left_alone():
-    kube = FakeKube()
-    c = controller(kube)
+    kube, writer = FakeKube(), RecordingWriter()
+    c = controller(kube, writer=writer)
     ext = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -245,7 +245,7 @@ def test_managed_externally_and_deleted_jobs_are_left_alone():
     c.sync("ns/ext")
     c.metrics.set_job_info("ns/gone", "gone-launcher", "ns")
     c.sync("ns/gone")  # not in the cache: only the job_info series goes
-    assert kube.calls == []
+    assert kube.calls == [] and writer.sent == []
     assert b"gone-launcher" not in c.metrics.exposition()
 
 

@@ -1,14 +1,10 @@
-"""L0: the executor against a fake dynamic client (the real API server is in tests/cluster)."""
+"""L0: the executor against the recording Writer fake (the real API server is in tests/cluster)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import MaxRetryError
 
 from reconcile.engine.executor import (
     ERR_RESOURCE_EXISTS,
@@ -18,21 +14,35 @@ from reconcile.engine.executor import (
     returned_objects,
 )
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
+from reconcile.engine.writer import WriteFailed, WriteRequest
 from reconcile.mpijob.policy import FIELD_MANAGER
-from tests.unit.dynamic_writer import DynamicWriter
-from tests.unit.fakes import FakeDynamic
+from tests.unit.fakes import RecordingWriter
 
 CM = ObjectKey("", "ConfigMap", "ns", "cm")
 POD = ObjectKey("", "Pod", "ns", "pod")
 PG = ObjectKey("scheduling.x-k8s.io", "PodGroup", "ns", "pg")
 
 
-def api_error(status: int, reason: str = "", message: str = "boom") -> ApiException:
-    return ApiException(status=status, reason=reason, body=json.dumps({"reason": reason, "message": message}))
-
-
 def body(key: ObjectKey) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": key.kind, "metadata": {"name": key.name, "namespace": key.namespace}}
+
+
+def world(fail: dict[tuple[str, str], WriteFailed] | None = None) -> RecordingWriter:
+    """A writer holding the pod the plans patch and the one they delete; ``fail``: (verb, name) refused."""
+    refusals = fail or {}
+    writer = RecordingWriter(kinds={"ConfigMap", "Pod"}, refuse=lambda r: refusals.get((r.verb, r.name)))
+    for name, uid in (("pod", "uid-pod"), ("old", "uid-old")):
+        writer.put(
+            {
+                **body(ObjectKey("", "Pod", "ns", name)),
+                "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            }
+        )
+    return writer
+
+
+def refused(status: int, reason: str = "", message: str = "boom") -> WriteFailed:
+    return WriteFailed(status, message, reason=reason)
 
 
 def full_plan() -> Plan:
@@ -49,21 +59,21 @@ def full_plan() -> Plan:
 
 
 def test_requests_follow_the_protocol() -> None:
-    fake = FakeDynamic()
-    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER, owner_description="MPIJob")
-    verbs = [verb for verb, _ in fake.calls]
-    assert verbs == ["delete", "create", "apply"], "deletes first, then creates, then patches"
-    delete, create, apply = (kw for _, kw in fake.calls)
-    assert delete["body"] == {
+    writer = world()
+    result = execute(full_plan(), writer, FIELD_MANAGER, owner_description="MPIJob")
+    assert writer.lines() == ["delete Pod ns/old", "create ConfigMap ns/cm", "apply Pod ns/pod"], (
+        "deletes first, then creates, then patches"
+    )
+    delete, create, apply = writer.sent
+    assert delete.body == {
         "apiVersion": "v1",
         "kind": "DeleteOptions",
         "propagationPolicy": "Background",
         "preconditions": {"uid": "uid-old"},
     }
-    assert create["field_manager"] == FIELD_MANAGER and create["namespace"] == "ns"
-    assert apply["force_conflicts"] is True and apply["field_manager"] == FIELD_MANAGER
-    assert apply["body"] == body(POD) and apply["name"] == "pod"
-    assert all(kw["dry_run"] is None for _, kw in fake.calls)
+    assert create.field_manager == FIELD_MANAGER and create.namespace == "ns"
+    assert apply.field_manager == FIELD_MANAGER and apply.body == body(POD) and apply.name == "pod"
+    assert not any(r.dry_run for r in writer.sent)
     assert result.ok
     assert [(o.key.name, o.result) for o in result.done] == [
         ("old", "deleted"),
@@ -75,7 +85,7 @@ def test_requests_follow_the_protocol() -> None:
         ("create", "ConfigMap", "201"): 1,
         ("apply", "Pod", "200"): 1,
     }
-    assert returned_objects(result)[1]["uid"] == "new"
+    assert returned_objects(result)[1]["metadata"]["uid"] == "uid-cm"
     assert (WARNING, ERR_RESOURCE_EXISTS, 'Resource "svc" already exists and is not managed by MPIJob') in [
         (e.type, e.reason, e.message) for e in result.events
     ]
@@ -86,24 +96,23 @@ def test_requests_follow_the_protocol() -> None:
 
 
 def test_dry_run_is_passed_to_every_write() -> None:
-    fake = FakeDynamic()
-    execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER, dry_run=True)
-    assert [kw["dry_run"] for _, kw in fake.calls] == ["All", "All", "All"]
+    writer = world()
+    execute(full_plan(), writer, FIELD_MANAGER, dry_run=True)
+    assert [r.dry_run for r in writer.sent] == [True, True, True]
+    assert ("ConfigMap", "ns", "cm") not in writer.objects
 
 
 def test_already_exists_on_create_means_replan_not_failure() -> None:
-    fake = FakeDynamic({("create", "cm"): api_error(409, "AlreadyExists")})
-    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), DynamicWriter(fake), FIELD_MANAGER)
+    writer = world()
+    writer.put(body(CM))
+    result = execute(Plan(creates=(Create(CM, "v1", body(CM)),)), writer, FIELD_MANAGER)
     assert result.replan and not result.retry and not result.failures and not result.ok
     assert result.request_counts() == {("create", "ConfigMap", "409"): 1}
 
 
 def test_not_found_on_delete_is_success() -> None:
-    fake = FakeDynamic({("delete", "old"): api_error(404, "NotFound")})
     result = execute(
-        Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "old"), "v1", "u"),)),
-        DynamicWriter(fake),
-        FIELD_MANAGER,
+        Plan(deletes=(Delete(ObjectKey("", "Pod", "ns", "gone"), "v1", "u"),)), world(), FIELD_MANAGER
     )
     assert result.ok and [o.result for o in result.done] == ["gone"]
     assert not result.events
@@ -112,165 +121,61 @@ def test_not_found_on_delete_is_success() -> None:
 @pytest.mark.parametrize(
     "exc",
     [
-        api_error(409, "Conflict", "Precondition failed: UID in precondition: u"),
-        api_error(429, "TooManyRequests"),
-        api_error(500, "InternalError"),
-        api_error(503, "ServiceUnavailable"),
-        MaxRetryError(None, "/api", "connection refused"),  # type: ignore[arg-type]
-        ConnectionRefusedError(111, "refused"),
+        refused(409, "Conflict", "Precondition failed: UID in precondition: u"),
+        refused(429, "TooManyRequests"),
+        refused(500, "InternalError"),
+        refused(503, "ServiceUnavailable"),
+        WriteFailed(None, "ConnectionRefusedError: refused"),
     ],
-    ids=["409", "429", "500", "503", "urllib3", "oserror"],
+    ids=["409", "429", "500", "503", "no-answer"],
 )
-def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: BaseException) -> None:
-    fake = FakeDynamic({("delete", "old"): exc})
-    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
+def test_conflicts_and_transient_errors_are_retryable_and_others_continue(exc: WriteFailed) -> None:
+    result = execute(full_plan(), world({("delete", "old"): exc}), FIELD_MANAGER)
     assert result.retry and not result.ok
     assert [f.verb for f in result.failures] == ["delete"]
     assert [o.result for o in result.done] == ["created", "configured"], "one failure does not stop the rest"
     assert any(e.reason == "FailedDelete" and e.type == WARNING for e in result.events)
-    code = str(getattr(exc, "status", "error")) if isinstance(exc, ApiException) else "error"
+    code = str(exc.status) if exc.status is not None else "error"
     assert ("delete", "Pod", code) in result.request_counts()
 
 
 def test_invalid_is_a_failure_without_retry() -> None:
-    fake = FakeDynamic({("apply", "pod"): api_error(422, "Invalid", "field is immutable")})
-    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
+    writer = world({("apply", "pod"): refused(422, "Invalid", "field is immutable")})
+    result = execute(full_plan(), writer, FIELD_MANAGER)
     assert not result.retry and not result.replan
     assert [(f.verb, f.code, f.message) for f in result.failures] == [("apply", "422", "field is immutable")]
     assert any(e.reason == "FailedUpdate" and "field is immutable" in e.message for e in result.events)
 
 
 def test_patch_of_a_vanished_object_replans() -> None:
-    fake = FakeDynamic({("apply", "pod"): api_error(404, "NotFound")})
-    result = execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
+    writer = world()
+    del writer.objects[("Pod", "ns", "pod")]
+    result = execute(full_plan(), writer, FIELD_MANAGER)
     assert result.replan and not result.failures
 
 
-def test_unknown_kind_is_a_retryable_failure_without_a_request() -> None:
-    fake = FakeDynamic()
+def test_unknown_kind_is_a_retryable_failure_without_a_counted_request() -> None:
     plan = Plan(creates=(Create(PG, "scheduling.x-k8s.io/v1alpha1", body(PG)),))
-    result = execute(plan, DynamicWriter(fake), FIELD_MANAGER)
+    result = execute(plan, world(), FIELD_MANAGER)
     assert result.retry and [f.code for f in result.failures] == ["discovery"]
-    assert not fake.calls and not result.requests
+    assert not result.requests
 
 
 def test_empty_plan_sends_nothing() -> None:
-    fake = FakeDynamic()
-    result = execute(Plan(), DynamicWriter(fake), FIELD_MANAGER)
-    assert result.ok and not fake.calls and not result.events
+    writer = world()
+    result = execute(Plan(), writer, FIELD_MANAGER)
+    assert result.ok and not writer.sent and not result.events
 
 
-def test_unreachable_server_is_retryable() -> None:
-    from kubernetes.client import ApiClient, Configuration
+def test_a_write_the_executor_cannot_judge_goes_to_its_caller() -> None:
+    class Fenced(Exception):
+        pass
 
-    config = Configuration(host="http://127.0.0.1:9")  # discard port: connection refused
-    config.retries = 0
-    with ApiClient(config) as api:
-        result = execute(full_plan(), DynamicWriter(api), FIELD_MANAGER)
-    assert result.retry and not result.ok
-    assert [(f.verb, f.code) for f in result.failures] == [
-        ("delete", "discovery"),
-        ("create", "discovery"),
-        ("apply", "discovery"),
-    ]
+    def fence(request: WriteRequest) -> WriteFailed | None:
+        raise Fenced(str(request))
 
-
-class ListWriter:
-    """A Writer faked directly (no DynamicClient under it): the objects it holds, by name."""
-
-    def __init__(self, prepare_error: BaseException | None = None) -> None:
-        self.prepare_error = prepare_error
-        self.objects: dict[str, dict[str, Any]] = {"old": {"metadata": {"name": "old"}}}
-        self.sent: list[str] = []
-
-    def prepare(self) -> None:
-        if self.prepare_error is not None:
-            raise self.prepare_error
-
-    def resource(self, api_version: str, kind: str) -> object:
-        return (api_version, kind)
-
-    def create(
-        self,
-        resource: object,
-        body: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        self.sent.append(f"create {body['metadata']['name']}")
-        self.objects[body["metadata"]["name"]] = dict(body)
-        return dict(body)
-
-    def json_patch(
-        self,
-        resource: object,
-        name: str,
-        ops: Sequence[Mapping[str, Any]],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        self.sent.append(f"patch {name}")
-        return self.objects.get(name)
-
-    def apply(
-        self,
-        resource: object,
-        name: str,
-        body: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        field_manager: str,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        self.sent.append(f"apply {name}")
-        self.objects[name] = dict(body)
-        return dict(body)
-
-    def delete(
-        self,
-        resource: object,
-        name: str,
-        options: Mapping[str, Any],
-        *,
-        namespace: str | None,
-        dry_run: str | None,
-    ) -> dict[str, Any] | None:
-        self.sent.append(f"delete {name}")
-        if self.objects.pop(name, None) is None:
-            raise api_error(404, "NotFound")
-        return {"kind": "Status"}
-
-
-def test_a_writer_faked_directly_carries_out_the_plan() -> None:
-    writer = ListWriter()
-    result = execute(full_plan(), writer, FIELD_MANAGER)
-    assert writer.sent == ["delete old", "create cm", "apply pod"]
-    assert set(writer.objects) == {"cm", "pod"} and result.ok
-    again = execute(Plan(deletes=full_plan().deletes), writer, FIELD_MANAGER)
-    assert [o.result for o in again.done] == ["gone"]  # 404 on delete: already done
-
-
-def test_a_writer_that_cannot_prepare_fails_every_write_without_a_request() -> None:
-    writer = ListWriter(prepare_error=OSError("connection refused"))
-    result = execute(full_plan(), writer, FIELD_MANAGER)
-    assert not writer.sent and not result.requests and result.retry
-    assert [(f.verb, f.code) for f in result.failures] == [
-        ("delete", "discovery"),
-        ("create", "discovery"),
-        ("apply", "discovery"),
-    ]
-
-
-def test_the_dynamic_writer_asks_for_plain_dict_answers() -> None:
-    # the answer as decoded: the default ResourceInstance wrapper costs CPU on every write
-    fake = FakeDynamic()
-    execute(full_plan(), DynamicWriter(fake), FIELD_MANAGER)
-    assert len(fake.calls) == 3
-    assert all(kw["serializer"](None, {"a": 1}) == {"a": 1} for _, kw in fake.calls)
+    with pytest.raises(Fenced):
+        execute(full_plan(), RecordingWriter(refuse=fence), FIELD_MANAGER)
 
 
 REMOVALS = (
@@ -285,71 +190,69 @@ def removal(with_body: bool) -> Plan:
 
 
 def test_removals_are_a_json_patch_sent_before_the_apply() -> None:
-    fake = FakeDynamic()
-    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
-    assert [verb for verb, _ in fake.calls] == ["patch", "apply"]
-    patch = fake.calls[0][1]
-    assert patch["body"] == list(REMOVALS) and patch["content_type"] == "application/json-patch+json"
-    assert patch["field_manager"] == FIELD_MANAGER and patch["name"] == "pod" and patch["namespace"] == "ns"
+    writer = world()
+    writer.objects[("Pod", "ns", "pod")]["metadata"].update(resourceVersion="7", labels={"old": "x"})
+    result = execute(removal(with_body=True), writer, FIELD_MANAGER)
+    assert [r.verb for r in writer.sent] == ["json-patch", "apply"]
+    patch = writer.sent[0]
+    assert patch.body == list(REMOVALS)
+    assert patch.field_manager == FIELD_MANAGER and patch.name == "pod" and patch.namespace == "ns"
     assert result.ok and [o.result for o in result.done] == ["configured"]
     assert result.request_counts() == {("patch", "Pod", "200"): 1, ("apply", "Pod", "200"): 1}
 
 
 def test_removal_only_patch_sends_no_apply() -> None:
-    fake = FakeDynamic()
-    result = execute(removal(with_body=False), DynamicWriter(fake), FIELD_MANAGER, dry_run=True)
-    assert [(verb, kw["dry_run"]) for verb, kw in fake.calls] == [("patch", "All")]
-    assert result.ok and returned_objects(result) == [{"patched": list(REMOVALS)}]
+    writer = world()
+    writer.objects[("Pod", "ns", "pod")]["metadata"].update(resourceVersion="7", labels={"old": "x"})
+    result = execute(removal(with_body=False), writer, FIELD_MANAGER, dry_run=True)
+    assert [(r.verb, r.dry_run) for r in writer.sent] == [("json-patch", True)]
+    (answer,) = returned_objects(result)
+    assert result.ok and answer["metadata"]["labels"] == {}
 
 
 @pytest.mark.parametrize(
     "exc",
     [
-        api_error(422, "Invalid", "the server rejected our request due to an error in our request"),
-        api_error(409),
+        refused(422, "Invalid", "the server rejected our request due to an error in our request"),
+        refused(409),
     ],
     ids=["422-test-failed", "409"],
 )
-def test_removals_on_a_moved_object_retry_without_the_apply_or_an_event(exc: ApiException) -> None:
-    fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
-    assert [verb for verb, _ in fake.calls] == ["patch"]
+def test_removals_on_a_moved_object_retry_without_the_apply_or_an_event(exc: WriteFailed) -> None:
+    writer = world({("json-patch", "pod"): exc})
+    result = execute(removal(with_body=True), writer, FIELD_MANAGER)
+    assert [r.verb for r in writer.sent] == ["json-patch"]
     assert result.retry and not result.failures and not result.events and not result.done
 
 
 def test_removals_rejected_for_a_field_are_a_failure() -> None:
-    exc = ApiException(
-        status=422,
+    exc = WriteFailed(
+        422,
+        "Pod is invalid: spec: Forbidden",
         reason="Invalid",
-        body=json.dumps(
-            {
-                "reason": "Invalid",
-                "message": "Pod is invalid: spec: Forbidden",
-                "details": {"causes": [{"field": "spec", "reason": "FieldValueForbidden"}]},
-            }
-        ),
+        causes=[{"field": "spec", "reason": "FieldValueForbidden"}],
     )
-    fake = FakeDynamic({("patch", "pod"): exc})
-    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
+    result = execute(removal(with_body=True), world({("json-patch", "pod"): exc}), FIELD_MANAGER)
     assert not result.retry and [(f.verb, f.code) for f in result.failures] == [("patch", "422")]
     assert [e.reason for e in result.events] == ["FailedUpdate"]
 
 
 def test_removals_from_a_vanished_object_replan() -> None:
-    fake = FakeDynamic({("patch", "pod"): api_error(404, "NotFound")})
-    result = execute(removal(with_body=True), DynamicWriter(fake), FIELD_MANAGER)
-    assert result.replan and not result.failures and [verb for verb, _ in fake.calls] == ["patch"]
+    writer = world()
+    del writer.objects[("Pod", "ns", "pod")]
+    result = execute(removal(with_body=True), writer, FIELD_MANAGER)
+    assert result.replan and not result.failures and [r.verb for r in writer.sent] == ["json-patch"]
 
 
 def test_a_force_delete_sends_grace_period_zero() -> None:
-    fake = FakeDynamic()
-    key = ObjectKey("", "Pod", "ns", "pi-worker-1")
-    forced = Plan(deletes=(Delete(key, "v1", "uid-1", grace_period_seconds=0),))
-    assert str(forced.deletes[0]) == "force-delete Pod ns/pi-worker-1 (uid uid-1)"
-    result = execute(forced, DynamicWriter(fake), FIELD_MANAGER, owner_description="MPIJob")
-    ((verb, kw),) = fake.calls
-    assert verb == "delete" and kw["body"]["gracePeriodSeconds"] == 0
-    assert kw["body"]["preconditions"] == {"uid": "uid-1"}
+    writer = world()
+    key = ObjectKey("", "Pod", "ns", "old")
+    forced = Plan(deletes=(Delete(key, "v1", "uid-old", grace_period_seconds=0),))
+    assert str(forced.deletes[0]) == "force-delete Pod ns/old (uid uid-old)"
+    result = execute(forced, writer, FIELD_MANAGER, owner_description="MPIJob")
+    (request,) = writer.sent
+    assert request.verb == "delete" and request.body["gracePeriodSeconds"] == 0
+    assert request.body["preconditions"] == {"uid": "uid-old"}
     assert [(e.type, e.reason, e.message) for e in result.events] == [
-        ("Warning", "ForceDeleted", "Force-deleted Pod ns/pi-worker-1 (grace period 0)")
+        ("Warning", "ForceDeleted", "Force-deleted Pod ns/old (grace period 0)")
     ]

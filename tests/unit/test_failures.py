@@ -4,26 +4,23 @@ for good (422) or for now (quota, conflicts, 5xx, 429), and a wanted name held b
 from __future__ import annotations
 
 import copy
-import json
 from datetime import UTC, datetime
 
 import attrs
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 import render
 from reconcile.engine.executor import CreateRules, execute
 from reconcile.engine.plan import Conflict, Create, ObjectKey, Plan
+from reconcile.engine.writer import WriteFailed
 from reconcile.mpijob import controller as controller_mod
 from reconcile.mpijob.decide import MAX_WAKEUP_SECONDS
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER
 from reconcile.runtime.events import EventRecorder
-from reconcile.runtime.kube import ApiError
 from render import Config, Observed
 from render.observed import CreateFailure
-from tests.unit.dynamic_writer import DynamicWriter
-from tests.unit.fakes import FakeDynamic, FakeKube
+from tests.unit.fakes import FakeKube, RecordingWriter
 from tests.unit.render_helpers import BASE, KEY, NOW, created_children
 
 # ------------------------------------------------------------------------------------------- executor
@@ -41,36 +38,27 @@ def _plan(*, conflicts: tuple[Conflict, ...] = ()) -> Plan:
     return Plan(creates=tuple(Create(k, "v1", _body(k)) for k in keys), conflicts=conflicts)
 
 
-def _dyn(fail: dict) -> FakeDynamic:
-    fake = FakeDynamic(fail)
-    fake.resources.known |= {"Service", "Job"}
-    return fake
+def _dyn(fail: dict[tuple[str, str], WriteFailed]) -> RecordingWriter:
+    return RecordingWriter(refuse=lambda r: fail.get((r.verb, r.name)))
 
 
-def _invalid() -> ApiException:
-    body = {
-        "reason": "Invalid",
-        "message": 'Pod "pi-worker-1" is invalid: spec.containers[0].ports[0].containerPort: Invalid value',
-        "details": {
-            "causes": [
-                {
-                    "reason": "FieldValueInvalid",
-                    "field": "spec.containers[0].ports[0].containerPort",
-                    "message": "Invalid value: 70000: must be between 1 and 65535, inclusive",
-                }
-            ]
-        },
+def _invalid() -> WriteFailed:
+    cause = {
+        "reason": "FieldValueInvalid",
+        "field": "spec.containers[0].ports[0].containerPort",
+        "message": "Invalid value: 70000: must be between 1 and 65535, inclusive",
     }
-    return ApiException(status=422, reason="Unprocessable Entity", body=json.dumps(body))
+    message = 'Pod "pi-worker-1" is invalid: spec.containers[0].ports[0].containerPort: Invalid value'
+    return WriteFailed(422, message, reason="Invalid", causes=[cause])
 
 
-def _created(fake: FakeDynamic) -> list[str]:
-    return [kw["body"]["metadata"]["name"] for verb, kw in fake.calls if verb == "create"]
+def _created(fake: RecordingWriter) -> list[str]:
+    return [r.name for r in fake.sent if r.verb == "create"]
 
 
 def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)
     # the workers after the first go out together; the launcher, a later stage, never does
     assert sorted(_created(fake)) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
     (failure,) = result.failures
@@ -86,7 +74,7 @@ def test_an_invalid_child_is_permanent_and_nothing_is_created_after_its_stage():
 
 def test_the_first_worker_goes_alone_so_a_bad_template_fails_once():
     fake = _dyn({("create", "pi-worker-0"): _invalid()})
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == ["pi", "pi-worker-0"]
     assert len(result.failures) == 1
     assert result.skipped == (WORKERS[1], WORKERS[2], LAUNCHER)
@@ -95,7 +83,7 @@ def test_the_first_worker_goes_alone_so_a_bad_template_fails_once():
 def test_sequential_rules_keep_the_plan_order_and_stop_at_the_first_failure():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
     rules = attrs.evolve(CREATE_RULES, concurrency=1)
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=rules)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1"]
     assert result.skipped == (WORKERS[2], LAUNCHER)
 
@@ -103,11 +91,9 @@ def test_sequential_rules_keep_the_plan_order_and_stop_at_the_first_failure():
 @pytest.mark.parametrize("code", [403, 409, 429, 500, 503])
 def test_a_transient_failure_is_not_permanent_and_holds_the_launcher_back(code):
     reason = "Forbidden" if code == 403 else "Conflict"
-    exc = ApiException(
-        status=code, reason=reason, body=json.dumps({"reason": reason, "message": "exceeded quota"})
-    )
+    exc = WriteFailed(code, "exceeded quota", reason=reason)
     fake = _dyn({("create", "pi-worker-2"): exc})
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)
     assert "pi-launcher" not in _created(fake)
     assert result.skipped == (LAUNCHER,)
     assert not result.permanent_failures and not result.ok
@@ -115,7 +101,7 @@ def test_a_transient_failure_is_not_permanent_and_holds_the_launcher_back(code):
 
 def test_without_rules_the_engine_creates_everything_it_can():
     fake = _dyn({("create", "pi-worker-1"): _invalid()})
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER)
+    result = execute(_plan(), fake, FIELD_MANAGER)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2", "pi-launcher"]
     assert not result.permanent_failures
 
@@ -123,22 +109,22 @@ def test_without_rules_the_engine_creates_everything_it_can():
 def test_launcher_waits_for_every_other_create_even_without_stop_on_failure():
     fake = _dyn({("create", "pi-worker-0"): _invalid()})
     rules = CreateRules(last_kinds=frozenset({"Job"}))
-    execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=rules)
+    execute(_plan(), fake, FIELD_MANAGER, create_rules=rules)
     assert _created(fake) == ["pi", "pi-worker-0", "pi-worker-1", "pi-worker-2"]
 
 
 def test_no_create_while_a_wanted_name_is_held():
     fake = _dyn({})
     held = (Conflict(WORKERS[1], "v1", "foreign-uid", ""),)
-    result = execute(_plan(conflicts=held), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    result = execute(_plan(conflicts=held), fake, FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == []
     assert len(result.skipped) == 5
 
 
 def test_a_name_found_taken_stops_the_later_creates():
-    exists = ApiException(status=409, reason="Conflict", body=json.dumps({"reason": "AlreadyExists"}))
+    exists = WriteFailed(409, "already exists", reason="AlreadyExists")
     fake = _dyn({("create", "pi-worker-0"): exists})
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, create_rules=CREATE_RULES)
+    result = execute(_plan(), fake, FIELD_MANAGER, create_rules=CREATE_RULES)
     assert _created(fake) == ["pi", "pi-worker-0"] and result.replan
 
 
@@ -227,21 +213,28 @@ def test_a_held_name_before_the_start_renders_no_pod_and_no_launcher():
 
 
 # ------------------------------------------------------------------------------------ controller loop
-def _controller(kube: FakeKube) -> controller_mod.Controller:
+def _controller(kube: FakeKube, writer: RecordingWriter) -> controller_mod.Controller:
     return controller_mod.Controller(
         kube,  # type: ignore[arg-type]
         render.Config(),
         metrics=Metrics(),
         recorder=EventRecorder(kube),  # type: ignore[arg-type]
         now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        writer=writer,
     )
 
 
-def _put(c: controller_mod.Controller, kube: FakeKube, name: str) -> None:
+def _put(c: controller_mod.Controller, writer: RecordingWriter, name: str) -> None:
     j = copy.deepcopy(BASE)
     j["metadata"].update(name=name, uid=f"uid-{name}", resourceVersion="1")
-    kube.objects[("mpijobs", "ns", name)] = j
+    writer.put(j)
     c.mpijobs.store.upsert(copy.deepcopy(j))
+
+
+def _status_of(writer: RecordingWriter, name: str) -> dict:
+    stored = writer.get("MPIJob", "ns", name)
+    assert stored is not None
+    return dict(stored["status"])
 
 
 def _errors(c: controller_mod.Controller, reason: str) -> float:
@@ -249,10 +242,10 @@ def _errors(c: controller_mod.Controller, reason: str) -> float:
 
 
 def test_a_sync_that_keeps_failing_is_counted_and_shown_on_the_job_and_others_are_served():
-    kube = FakeKube()
-    c = _controller(kube)
-    _put(c, kube, "bad")
-    _put(c, kube, "good")
+    kube, writer = FakeKube(), RecordingWriter()
+    c = _controller(kube, writer)
+    _put(c, writer, "bad")
+    _put(c, writer, "good")
     served = []
 
     def sync(key: str) -> None:
@@ -271,32 +264,33 @@ def test_a_sync_that_keeps_failing_is_counted_and_shown_on_the_job_and_others_ar
     assert event["reason"] == "SyncFailed" and event["type"] == "Warning"
     assert "OverflowError: date value out of range" in event["message"]
     assert event["involvedObject"]["name"] == "bad"
-    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    status = _status_of(writer, "bad")
     (cond,) = [x for x in status["conditions"] if x["type"] == "SyncFailed"]
     assert cond["status"] == "True" and cond["reason"] == "OverflowError"
     assert "date value out of range" in cond["message"]
 
     c.sync = lambda key: None  # type: ignore[method-assign]
     c.process("ns/bad")
-    status = kube.objects[("mpijobs", "ns", "bad")]["status"]
+    status = _status_of(writer, "bad")
     (cond,) = [x for x in status["conditions"] if x["type"] == "SyncFailed"]
     assert cond["status"] == "False"
 
 
 def test_a_failed_status_write_still_counts_and_tells():
     kube = FakeKube()
-    c = _controller(kube)
-    _put(c, kube, "bad")
-    kube.fail["update"] = ApiError(422, "Unprocessable Entity", json.dumps({"message": "status invalid"}))
+    writer = RecordingWriter(refuse=lambda r: WriteFailed(422, "status invalid", reason="Invalid"))
+    c = _controller(kube, writer)
+    _put(c, writer, "bad")
 
     def sync(key: str) -> None:
-        raise ApiError(422, "Unprocessable Entity", json.dumps({"message": "status invalid"}))
+        raise WriteFailed(422, "status invalid", reason="Invalid")
 
     c.sync = sync  # type: ignore[method-assign]
     for _ in range(4):
         c.process("ns/bad")
     assert _errors(c, "ApiError422") == 4
     assert any(plural == "events" for plural, _, _ in kube.objects)
+    assert [r.subresource for r in writer.sent] == ["status", "status"]  # the condition, from the third
 
 
 def test_wakeups_are_capped():
@@ -306,7 +300,7 @@ def test_wakeups_are_capped():
 def test_answers_go_to_on_done_and_are_not_kept_in_the_result():
     fake = _dyn({})
     seen = []
-    result = execute(_plan(), DynamicWriter(fake), FIELD_MANAGER, on_done=seen.append)
+    result = execute(_plan(), fake, FIELD_MANAGER, on_done=seen.append)
     assert [o.key for o in seen] == [SVC, *WORKERS, LAUNCHER]
     assert all(o.object is not None for o in seen)
     assert [o.key for o in result.done] == [SVC, *WORKERS, LAUNCHER]

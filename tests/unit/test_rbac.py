@@ -78,6 +78,16 @@ def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
             if not isinstance(fn, ast.FunctionDef):
                 continue
             for node in ast.walk(fn):
+                if _is_send(node):
+                    assert isinstance(node, ast.Call)
+                    verb, sub = (
+                        node.args[1],
+                        next((k.value for k in node.keywords if k.arg == "subresource"), None),
+                    )
+                    assert isinstance(verb, ast.Constant)
+                    where = f"/{sub.value}" if isinstance(sub, ast.Constant) else ""
+                    variable.append(f"{path.name}:{fn.name}:{verb.value}{where}")
+                    continue
                 if not (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
@@ -96,17 +106,35 @@ def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
     return found, variable
 
 
+def _is_send(node: ast.AST) -> bool:
+    """The controller's own writes through its Writer: ``self._write(target, verb, body, ...)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and ast.unparse(node.func) == "self._write"
+        and len(node.args) >= 2
+    )
+
+
 def used() -> dict[tuple[str, str], set[str]]:
     calls, variable = direct_calls()
     # Controller._read gets a child holding a wanted name; informer.py lists and watches its resource;
     # leader.py watches the Lease.
+    # The controller's writes of the objects a sync holds: the MPIJob's status and its deletion after the
+    # TTL, and the launcher Job's startTime cleared on resume.
     assert sorted(set(variable)) == [
+        "controller.py:_clear_launcher_start_time:merge-patch/status",
+        "controller.py:_delete_expired:delete",
         "controller.py:_read:get",
+        "controller.py:_write_status:update/status",
         "informer.py:_list:list",
         "informer.py:_watch:stream_lines",
         "leader.py:_watch:stream_lines",
     ], variable
     out: dict[tuple[str, str], set[str]] = {}
+    out.setdefault(_key(kube.MPIJOB, "status"), set()).add("update")
+    out.setdefault(_key(kube.MPIJOB), set()).add("delete")
+    out.setdefault(_key(kube.JOB, "status"), set()).add("patch")
     for verb, key in calls:
         out.setdefault(key, set()).add(verb)
     # leader.py: a standby watches the Lease (by name) to take it as soon as it is released

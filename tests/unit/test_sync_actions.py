@@ -3,14 +3,16 @@ lifecycle step, ``decide`` runs once and the actions it yields must equal a gold
 controller around it is driven through its public surface with fake clients, and ``mpijob plan`` is shown to
 print the plan the sync executes.
 
-`pytest tests/unit/test_sync_actions.py --update-golden` rewrites the action lists; review the diff.
+The controller's requests for each case, recorded by the Writer fake, are golden too (``requests.yaml``).
+`pytest tests/unit/test_sync_actions.py --update-golden` rewrites the action and request lists; review the
+diff.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import logging
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 import render
+from reconcile.engine.plan import ObjectKey
+from reconcile.engine.writer import WriteFailed, WriteRequest
 from reconcile.mpijob.controller import Controller, SyncError
 from reconcile.mpijob.decide import (
     COALESCE_SECONDS,
@@ -32,14 +36,13 @@ from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.plan_command import compute
 from reconcile.runtime.events import EventRecorder
-from reconcile.runtime.kube import ApiError, resource_for
+from reconcile.runtime.kube import NODE, resource_for
 from render.keys import load_ssh_key
 from render.timeutil import parse_time
 from render.yamlio import load_objects
 from tests import strategies
 from tests.unit import golden_cases
-from tests.unit.dynamic_writer import DynamicWriter
-from tests.unit.fakes import FakeDynamic, FakeKube, FakeResources
+from tests.unit.fakes import FakeKube, RecordingWriter
 
 KEY = load_ssh_key(golden_cases.KEY_FILE.read_text())
 STEPS_FILE = Path(__file__).with_name("sync_steps.yaml")
@@ -103,6 +106,19 @@ def test_every_lifecycle_step_is_a_golden_case():
 @pytest.mark.parametrize("case", golden_cases.cases())
 def test_one_sync_yields_the_golden_actions(case, update_golden):
     _check(golden_cases.GOLDEN / case / "actions.yaml", _decide_case(case), update_golden)
+
+
+@pytest.mark.parametrize("case", golden_cases.cases())
+def test_one_sync_sends_the_golden_requests(case, update_golden):
+    """What the controller really sends for the case's world (sorted: creates of one stage go out at once;
+    the order of the stages is the executor's protocol, held by test_executor)."""
+    mpijob, objects, config, now_text = golden_cases.load_case(case)
+    kube = FakeKube()
+    c, writer = _controller(kube, config, now_text)
+    key = _load(c, kube, copy.deepcopy(mpijob), copy.deepcopy(objects))
+    with contextlib.suppress(SyncError, WriteFailed):
+        c.sync(key)
+    _check(golden_cases.GOLDEN / case / "requests.yaml", sorted(writer.lines()), update_golden)
 
 
 def test_derived_steps_yield_the_golden_actions(update_golden):
@@ -186,43 +202,47 @@ def test_a_host_list_only_plan_is_held_once_but_creates_never_are():
 
 
 # -- the controller around decide, through its public surface ----------------------------------------
-def _controller(kube: FakeKube, config: render.Config, now_text: str) -> tuple[Controller, FakeDynamic]:
-    writer = FakeDynamic()
-    writer.resources = FakeResources({"ConfigMap", "Pod", "Service", "Secret", "Job", "PodGroup"})
+def _controller(
+    kube: FakeKube, config: render.Config, now_text: str, writer: RecordingWriter | None = None
+) -> tuple[Controller, RecordingWriter]:
+    writer = writer or RecordingWriter()
     c = Controller(
         kube,
         config,
         metrics=Metrics(),
         recorder=EventRecorder(kube),
         now=lambda: parse_time(now_text),
-        writer=DynamicWriter(writer),
+        writer=writer,
+        watch_nodes=True,
     )
     return c, writer
 
 
 def _load(c: Controller, kube: FakeKube, mpijob: dict, objects: list[dict]) -> str:
+    assert isinstance(c.writer, RecordingWriter)
     for o in [mpijob, *objects]:
         o["metadata"].setdefault("resourceVersion", "1")
-        kube.objects[(resource_for(o).plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+        res = NODE if o["kind"] == "Node" else resource_for(o)
+        kube.objects[(res.plural, o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+        c.writer.put(copy.deepcopy(o))
     c.mpijobs.observe(mpijob)
     for o in objects:
-        inf = c.children.get(resource_for(o))
+        inf = c.nodes if o["kind"] == "Node" else c.children.get(resource_for(o))
         if inf is not None:
             inf.observe(o)
     return f"{mpijob['metadata']['namespace']}/{mpijob['metadata']['name']}"
 
 
-class StatusWritesFail(FakeKube):
+class StatusWritesFail:
     """Status writes fail with 500 while ``failing`` is set, except the SyncFailed condition's own."""
 
     failing = True
 
-    def replace(self, res, body, subresource=None):
-        types = [c.get("type") for c in (body.get("status") or {}).get("conditions") or ()]
-        if self.failing and subresource == "status" and "SyncFailed" not in types:
-            self.calls.append(("update", res.kind, body["metadata"]["name"]))
-            raise ApiError(500, "Internal Server Error", "{}")
-        return super().replace(res, body, subresource)
+    def __call__(self, request: WriteRequest) -> WriteFailed | None:
+        types = [c.get("type") for c in (request.body.get("status") or {}).get("conditions") or ()]
+        if self.failing and request.subresource == "status" and "SyncFailed" not in types:
+            return WriteFailed(500, "500 Internal Server Error")
+        return None
 
 
 def _state_column(status: dict) -> str:
@@ -237,22 +257,22 @@ def test_a_failing_sync_then_a_recovery_keeps_the_state_column_the_jobs_state():
     mpijob["status"] = {
         "conditions": [{"type": "Created", "status": "True", "reason": "MPIJobCreated", "message": "created"}]
     }
-    kube = StatusWritesFail()
-    c, _ = _controller(kube, config, now_text)
+    kube, fails = FakeKube(), StatusWritesFail()
+    c, writer = _controller(kube, config, now_text, RecordingWriter(refuse=fails))
     key = _load(c, kube, mpijob, copy.deepcopy(objects))
-    stored = ("mpijobs", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
+    stored = ("MPIJob", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
     for _ in range(3):
         c.process(key)
-    status = kube.objects[stored]["status"]
+    status = writer.objects[stored]["status"]
     sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
     assert (sync_failed["status"], sync_failed["reason"]) == ("True", "ApiError500")
     assert _state_column(status) == "Created"
     assert c.memory(key) is not None and c.memory(key).sync_failures == 3
 
-    kube.failing = False
-    c.mpijobs.observe(kube.objects[stored])
+    fails.failing = False
+    c.mpijobs.observe(writer.objects[stored])
     c.process(key)
-    status = kube.objects[stored]["status"]
+    status = writer.objects[stored]["status"]
     sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
     assert sync_failed["status"] == "False"
     assert _state_column(status) == "Running"
@@ -269,57 +289,46 @@ def test_the_plan_command_prints_the_plan_the_sync_executes(scenario):
     live = [o for o in copy.deepcopy(list(observed.objects)) if isinstance(o, dict) and o.get("metadata")]
     now = observed.now
     kube = FakeKube()
-    c, _ = _controller(kube, config, now.isoformat().replace("+00:00", "Z"))
+    c, writer = _controller(kube, config, now.isoformat().replace("+00:00", "Z"))
     key = _load(c, kube, job, live)
     children, _ = c.observe(job, JobMemory())
-    records: list[logging.LogRecord] = []
-
-    class Capture(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage() == "plan":
-                records.append(record)
-
-    handler = Capture()
-    log = logging.getLogger("reconcile.mpijob.controller")
-    log.addHandler(handler)
-    previous = log.level
-    log.setLevel(logging.INFO)
-    try:
-        with contextlib.suppress(SyncError, ApiError):
-            c.sync(key)
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(previous)
-    executed = records[0].plan if records else []  # type: ignore[attr-defined]
+    with contextlib.suppress(SyncError, WriteFailed):
+        c.sync(key)
+    sent = Counter(_as_plan_entry(r) for r in writer.sent if r.kind != "MPIJob" and r.verb != "merge-patch")
     report = compute(job, children, config, now)
-    printed = report["summary"].splitlines()[1:] if report["summary"] != "plan: no changes" else []
-    assert [line.strip() for line in printed] == executed
+    printed = report["plan"]
+    # the creates wait while a wanted name is held by someone else (CREATE_RULES)
+    groups = ("patches", "deletes") if printed["conflicts"] else ("creates", "patches", "deletes")
+    assert sent == Counter((e["action"], e["object"]) for g in groups for e in printed[g])
+
+
+def _as_plan_entry(request: WriteRequest) -> tuple[str, str]:
+    """The plan entry a request carries out: a patch is a JSON patch of removals and an apply."""
+    action = {"json-patch": "patch", "apply": "patch"}.get(request.verb, request.verb)
+    group = request.api_version.rpartition("/")[0]
+    return action, str(ObjectKey(group, request.kind, request.namespace, request.name))
 
 
 def test_a_refused_create_is_reported_once_the_first_status_hold_ends_across_failing_syncs():
     """Each sync that retries the refused create judges the hold once: the first status (Created=False,
     naming the refusal) waits its second, then is written, although every one of those syncs fails."""
     mpijob, _, config, now_text = golden_cases.load_case("openmpi-pi")
+
+    def refuse_pods(request: WriteRequest) -> WriteFailed | None:
+        if request.verb == "create" and request.kind == "Pod":
+            return WriteFailed(403, "no PriorityClass", reason="Forbidden")
+        return None
+
     kube = FakeKube()
-    c, writer = _controller(kube, config, now_text)
+    c, writer = _controller(kube, config, now_text, RecordingWriter(refuse=refuse_pods))
     clock = [parse_time(now_text)]
     c._now = lambda: clock[0]  # type: ignore[method-assign]
-    create = writer.create
-
-    def refuse_pods(**kw):
-        if kw["body"]["kind"] == "Pod":
-            raise ApiError(
-                403, "Forbidden", '{"message": "no PriorityClass", "reason": "Forbidden", "code": 403}'
-            )
-        return create(**kw)
-
-    writer.create = refuse_pods  # type: ignore[method-assign]
     key = _load(c, kube, copy.deepcopy(mpijob), [])
-    stored = ("mpijobs", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
+    stored = ("MPIJob", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
     written = []
     for _ in range(4):
         c.process(key)
-        written.append((kube.objects[stored].get("status") or {}).get("conditions"))
+        written.append((writer.objects[stored].get("status") or {}).get("conditions"))
         clock[0] += timedelta(seconds=0.6)
     assert written[0] is None and written[1] is None  # held: 0 s and 0.6 s into the hold
     assert [(x["type"], x["status"]) for x in written[2]] == [("Created", "False")]

@@ -1,6 +1,6 @@
 """The `mpijob` command, also installed as the kubectl plugin `kubectl-mpijob` (`kubectl mpijob ...`).
 
-  render  print the children and status of an MPIJob manifest, offline (render's pure CLI)
+  render  print the children and status of an MPIJob manifest, offline (render's pure core)
   plan    print what the operator would do now for a live MPIJob, read-only (its own decide())
 
 `mpijob-render FILE` is `mpijob render FILE`, and `mpijob-render --plan NAME` is `mpijob plan NAME`.
@@ -26,7 +26,7 @@ Run '{prog} COMMAND --help' for a command's flags, '{prog} --version' for the ve
 
 
 def _render(argv: list[str], prog: str) -> int:
-    from render.cli import main as render_main
+    from reconcile.mpijob.render_command import main as render_main
 
     return render_main(argv, prog=prog)
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     prog = _prog()
     if args and args[0] == "--version":
-        from render.cli import version
+        from reconcile.mpijob.render_command import version
         from render.names import API_VERSION
 
         sys.stdout.write(f"{prog} {version()} ({API_VERSION})\n")

@@ -80,6 +80,19 @@ def parser() -> argparse.ArgumentParser:
         description="MPIJob (kubeflow.org/v2beta1) operator, a drop-in replacement for mpi-operator v2.",
         allow_abbrev=False,
     )
+    # In this order: --help lists the flags as they are added.
+    _add_cluster_flags(p)
+    _add_throughput_flags(p)
+    _add_job_flags(p)
+    _add_leader_election_flags(p)
+    _add_server_flags(p)
+    _add_process_flags(p)
+    _add_klog_flags(p)
+    return p
+
+
+def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    """Which API server, and which of its namespaces."""
     p.add_argument(
         "--kubeconfig",
         "--kubeConfig",
@@ -94,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
         help="watch only these namespaces, comma-separated (default $KUBEFLOW_NAMESPACE); empty means all "
         "namespaces (a namespace-scoped install needs Roles in these only: deploy/namespaced)",
     )
+
+
+def _add_throughput_flags(p: argparse.ArgumentParser) -> None:
+    """Workers, the API client's limits and the work queue's."""
     p.add_argument(
         "--threadiness",
         type=go_int,
@@ -121,6 +138,10 @@ def parser() -> argparse.ArgumentParser:
         "paces the writes; per-key back-off always applies",
     )
     p.add_argument("--controller-queue-burst", type=go_int, default=100, help="work queue burst")
+
+
+def _add_job_flags(p: argparse.ArgumentParser) -> None:
+    """What the operator makes of each MPIJob: gang scheduling, host names, lost nodes."""
     p.add_argument(
         "--gang-scheduling",
         default="",
@@ -145,6 +166,9 @@ def parser() -> argparse.ArgumentParser:
         " the API server may still run them, and a second copy of a rank would run beside the first"
         " (docs/troubleshooting.md). Needs --watch-nodes",
     )
+
+
+def _add_leader_election_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock-namespace", default="mpi-operator", help="namespace of the leader-election Lease")
     # client-go's leader-election flag names (kube-controller-manager's), with its defaults
     p.add_argument(
@@ -162,6 +186,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--leader-elect-retry-period", type=float, default=RETRY_PERIOD, help="seconds between Lease attempts"
     )
+
+
+def _add_server_flags(p: argparse.ArgumentParser) -> None:
+    """The probe and metrics server."""
     p.add_argument(
         "--monitoring-port",
         type=go_int,
@@ -174,6 +202,10 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("MPIJOB_OPERATOR_BIND_ADDRESS", "0.0.0.0"),
         help="address the probe and metrics server binds (default $MPIJOB_OPERATOR_BIND_ADDRESS or 0.0.0.0)",
     )
+
+
+def _add_process_flags(p: argparse.ArgumentParser) -> None:
+    """The version, and our own logging."""
     _bool(p, "--version", "print version information and exit")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument(
@@ -183,6 +215,8 @@ def parser() -> argparse.ArgumentParser:
         help="default info, or debug with klog's -v of 4 or more",
     )
 
+
+def _add_klog_flags(p: argparse.ArgumentParser) -> None:
     k = p.add_argument_group("klog flags (upstream's logging; accepted so its manifests run unchanged)")
     k.add_argument("--v", type=go_int, default=0, help="verbosity: 4 or more logs at debug level")
     _bool(k, "--logtostderr", "log to stderr, not to files (default true)", default=True)
@@ -202,7 +236,6 @@ def parser() -> argparse.ArgumentParser:
         "--skip_log_headers",
     ):
         _bool(k, name, "accepted, no effect", default=name == "--legacy_stderr_threshold_behavior")
-    return p
 
 
 def _bool(group: argparse._ActionsContainer, name: str, help_text: str, default: bool = False) -> None:

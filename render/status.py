@@ -147,18 +147,43 @@ def _invalid(raw: Mapping[str, Any], st: dict[str, Any], exc: ValidationError, n
     return st
 
 
+class _Conditions:
+    """The conditions being computed: ``set`` replaces the list (``cond.set_condition`` returns a new
+    one), so every step reads the latest through ``items``."""
+
+    def __init__(self, items: list[dict[str, Any]], now: str) -> None:
+        self.items = items
+        self.now = now
+
+    def set(self, ctype: str, status: str, reason: str, message: str) -> None:
+        self.items = cond.set_condition(self.items, ctype, status, reason, message, self.now)
+
+
 def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any], now: str) -> dict[str, Any]:
     ns_name = f"{job.namespace}/{job.name}"
-    conds = cond.clean(st.get("conditions"))
+    c = _Conditions(cond.clean(st.get("conditions")), now)
     v = view(observed, job, wanted_names(job, config))
+    _created(job, observed, config, v, c, ns_name)
+    st["replicaStatuses"] = replica_statuses(job, v, st.get("replicaStatuses"), cond.is_finished(c.items))
+    if cond.is_finished(c.items):
+        return _finished_before(st, c.items, now)
+    _suspension(job, st, c, now)
+    records = failures.count(job, observed)
+    if not _outcome(job, v, observed, st, c, records) and not job.suspended:
+        _progress(job, v, observed, c, records)
+    if not job.suspended and not cond.is_finished(c.items):
+        gang.gang_condition(job, v, observed, config, c.items, c.set)
+    conds = _node_condition(job, v, observed, config, c.items, now)
+    return _finish(st, conds, ns_name)
 
-    def setc(ctype: str, status: str, reason: str, message: str) -> None:
-        nonlocal conds
-        conds = cond.set_condition(conds, ctype, status, reason, message, now)
 
+def _created(
+    job: MPIJob, observed: Observed, config: Config, v: JobView, c: _Conditions, ns_name: str
+) -> None:
+    """Created: False while a name is taken or a create is retried, True once every child exists."""
     if v.conflicts:
         kind, name = v.conflicts[0]
-        setc(
+        c.set(
             cond.CREATED,
             cond.FALSE,
             REASON_EXISTS,
@@ -168,77 +193,96 @@ def _compute(job: MPIJob, observed: Observed, config: Config, st: dict[str, Any]
         # transient (quota, conflicts, server errors): retried with back-off, shown until it clears
         failure = observed.create_failure
         message = f"{failure.kind} {failure.name} could not be created ({failure.code}): {failure.message}"
-        setc(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
-    elif not cond.is_true(conds, cond.CREATED) and children_created(job, config, observed, v):
-        setc(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
-    st["replicaStatuses"] = replica_statuses(job, v, st.get("replicaStatuses"), cond.is_finished(conds))
+        c.set(cond.CREATED, cond.FALSE, REASON_FAILED_CREATE, truncate(message))
+    elif not cond.is_true(c.items, cond.CREATED) and children_created(job, config, observed, v):
+        c.set(cond.CREATED, cond.TRUE, REASON_CREATED, f"MPIJob {ns_name} is created.")
 
-    if cond.is_finished(conds):
-        # Older writers (upstream, earlier versions) may have left these behind.
-        conds = [c if not _restarting(c) else {**c, "status": cond.FALSE} for c in conds]
-        st["conditions"] = cond.state_last(conds)
-        st.setdefault("completionTime", now)  # upstream #647
-        return st
 
+def _finished_before(st: dict[str, Any], conds: list[dict[str, Any]], now: str) -> dict[str, Any]:
+    """A job that finished in an earlier sync: its status stays, tidied."""
+    # Older writers (upstream, earlier versions) may have left these behind.
+    conds = [c if not _restarting(c) else {**c, "status": cond.FALSE} for c in conds]
+    st["conditions"] = cond.state_last(conds)
+    st.setdefault("completionTime", now)  # upstream #647
+    return st
+
+
+def _suspension(job: MPIJob, st: dict[str, Any], c: _Conditions, now: str) -> None:
+    """Suspended and its Running=False, or the resume, which restarts the deadline's clock."""
     if job.suspended:
-        setc(cond.SUSPENDED, cond.TRUE, REASON_SUSPENDED, "MPIJob suspended")
-        setc(cond.RUNNING, cond.FALSE, REASON_SUSPENDED, f"MPIJob {ns_name} is suspended.")
+        c.set(cond.SUSPENDED, cond.TRUE, REASON_SUSPENDED, "MPIJob suspended")
+        c.set(cond.RUNNING, cond.FALSE, REASON_SUSPENDED, f"MPIJob {job.namespace}/{job.name} is suspended.")
     else:
-        if cond.is_true(conds, cond.SUSPENDED):
-            setc(cond.SUSPENDED, cond.FALSE, REASON_RESUMED, "MPIJob resumed")
+        if cond.is_true(c.items, cond.SUSPENDED):
+            c.set(cond.SUSPENDED, cond.FALSE, REASON_RESUMED, "MPIJob resumed")
             st["startTime"] = now  # the deadline restarts on resume, as for a Job
         st.setdefault("startTime", now)
 
+
+def _outcome(
+    job: MPIJob,
+    v: JobView,
+    observed: Observed,
+    st: dict[str, Any],
+    c: _Conditions,
+    records: tuple[WorkerFailure, ...],
+) -> bool:
+    """Succeeded or Failed, if the job finishes in this sync (the first cause that applies); True if so."""
+    ns_name = f"{job.namespace}/{job.name}"
     launcher = v.launcher
-    records = failures.count(job, observed)
     refused = observed.create_failure
     if refused is not None and refused.permanent and not job.suspended:
         # Invalid from the API server: no retry heals it, and nothing is created after it
         lines = childfields.describe(job.name, job.namespace, refused)
-        setc(
+        c.set(
             cond.FAILED,
             cond.TRUE,
             REASON_VALIDATION,
             truncate("Found validation errors: " + "; ".join(lines)),
         )
-        st.setdefault("completionTime", now)
     elif launcher is not None and (gate := unreachable(v.launcher_pods)) is not None:
         message = f"MPIJob {ns_name} has failed: {gate}"
         if records:  # why they were unreachable, most likely
             message += f"; the last worker failure: {failures.describe(_latest(records).evidence)}"
-        setc(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(message))
-        st.setdefault("completionTime", now)
+        c.set(cond.FAILED, cond.TRUE, REASON_UNREACHABLE, truncate(message))
     elif launcher is not None and condition_true(launcher, "Complete"):
-        setc(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
+        c.set(cond.SUCCEEDED, cond.TRUE, REASON_SUCCEEDED, f"MPIJob {ns_name} successfully completed.")
         completion = parse_time((launcher.get("status") or {}).get("completionTime"))
-        st["completionTime"] = format_time(completion) if completion else now
+        st["completionTime"] = format_time(completion) if completion else c.now
+        return True
     elif launcher is not None and condition_true(launcher, "Failed"):
         reason, message = launcher_failure(job, launcher, v)
         if records:  # a rank lost with its worker fails mpirun: the worker's end says why
             message += f"; the last worker failure: {failures.describe(_latest(records).evidence)}"
-        setc(cond.FAILED, cond.TRUE, reason, truncate(message))
-        st.setdefault("completionTime", now)
+        c.set(cond.FAILED, cond.TRUE, reason, truncate(message))
     elif not job.suspended and failures.exceeded(job, records):
-        setc(cond.FAILED, cond.TRUE, REASON_WORKER_FAILURES, truncate(worker_failures_message(job, records)))
-        st.setdefault("completionTime", now)
+        c.set(cond.FAILED, cond.TRUE, REASON_WORKER_FAILURES, truncate(worker_failures_message(job, records)))
     elif not job.suspended and deadline_passed(job, st, observed):
         message = f"MPIJob {ns_name} was active longer than specified deadline"
-        setc(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
-        st.setdefault("completionTime", now)
-    elif not job.suspended:
-        evicted_before = _restarting_for(conds) == REASON_EVICTED
-        _running_or_restarting(job, v, observed, setc, records, evicted_before)
-        running = cond.find(conds, cond.RUNNING)
-        if (
-            running is not None
-            and running.get("reason") == REASON_IMAGE_PULL
-            and image_pull_problem(_live_pods(job, v)) is None
-        ):
-            conds = [c for c in conds if c is not running]  # pulled: the job is starting, not yet Running
+        c.set(cond.FAILED, cond.TRUE, REASON_DEADLINE, message)
+    else:
+        return False
+    st.setdefault("completionTime", c.now)
+    return True
 
-    if not job.suspended and not cond.is_finished(conds):
-        gang.gang_condition(job, v, observed, config, conds, setc)
-    conds = _node_condition(job, v, observed, config, conds, now)
+
+def _progress(
+    job: MPIJob, v: JobView, observed: Observed, c: _Conditions, records: tuple[WorkerFailure, ...]
+) -> None:
+    """Running or Restarting for an active job that does not finish in this sync."""
+    evicted_before = _restarting_for(c.items) == REASON_EVICTED
+    _running_or_restarting(job, v, observed, c.set, records, evicted_before)
+    running = cond.find(c.items, cond.RUNNING)
+    if (
+        running is not None
+        and running.get("reason") == REASON_IMAGE_PULL
+        and image_pull_problem(_live_pods(job, v)) is None
+    ):
+        c.items = [x for x in c.items if x is not running]  # pulled: the job is starting, not yet Running
+
+
+def _finish(st: dict[str, Any], conds: list[dict[str, Any]], ns_name: str) -> dict[str, Any]:
+    """The status of a job that finishes in this sync, or of an active one: conditions in state order."""
     if cond.is_finished(conds) and cond.find(conds, cond.RUNNING) is None:
         # upstream #787: a finished job always shows Running, dated at completion.
         conds.append(

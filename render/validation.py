@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from render import bounds, names, quantity
-from render.api import MPIJob, ReplicaSpec
+from render.api import MPIJob, MPIJobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from render.errors import FieldError, quote
 from render.names import path_key
 
@@ -32,21 +32,32 @@ def validate(job: MPIJob) -> list[FieldError]:
     """Checks on a defaulted job; returns every error found."""
     errs: list[FieldError] = []
     _validate_metadata(job, errs)
-    spec = job.spec
-    specs = spec.mpi_replica_specs
+    _validate_replica_specs(job, errs)
+    _validate_slots(job.spec, errs)
+    _validate_run_policy(job.spec.run_policy, errs)
+    _validate_ssh_mount(job.spec, errs)
+    _validate_choices(job.spec, errs)
+    return errs
+
+
+def _validate_replica_specs(job: MPIJob, errs: list[FieldError]) -> None:
+    specs = job.spec.mpi_replica_specs
     if specs is None:
         errs.append(FieldError("spec.mpiReplicaSpecs", "Required value: must have replica specs"))
-    else:
-        if names.LAUNCHER not in specs:
-            errs.append(
-                FieldError(
-                    f"spec.mpiReplicaSpecs[{names.LAUNCHER}]",
-                    "Required value: must have Launcher replica spec",
-                )
+        return
+    if names.LAUNCHER not in specs:
+        errs.append(
+            FieldError(
+                f"spec.mpiReplicaSpecs[{names.LAUNCHER}]",
+                "Required value: must have Launcher replica spec",
             )
-        for rtype in (names.LAUNCHER, names.WORKER):
-            if rtype in specs:
-                _validate_replica(job, rtype, specs[rtype], errs)
+        )
+    for rtype in (names.LAUNCHER, names.WORKER):
+        if rtype in specs:
+            _validate_replica(job, rtype, specs[rtype], errs)
+
+
+def _validate_slots(spec: MPIJobSpec, errs: list[FieldError]) -> None:
     if spec.slots_per_worker is None:
         errs.append(FieldError("spec.slotsPerWorker", "Required value: must have number of slots per worker"))
     elif spec.slots_per_worker < 0:
@@ -56,7 +67,9 @@ def validate(job: MPIJob) -> list[FieldError]:
                 f"Invalid value: {spec.slots_per_worker}: must be greater than or equal to 0",
             )
         )
-    rp = spec.run_policy
+
+
+def _validate_run_policy(rp: RunPolicy, errs: list[FieldError]) -> None:
     if rp.clean_pod_policy is None:
         errs.append(FieldError("spec.runPolicy.cleanPodPolicy", "Required value: must have clean Pod policy"))
     elif rp.clean_pod_policy not in CLEAN_POD_POLICIES:
@@ -76,18 +89,24 @@ def validate(job: MPIJob) -> list[FieldError]:
             )
     if rp.managed_by not in (None, "") and rp.managed_by not in MANAGED_BY:
         errs.append(FieldError("spec.runPolicy.managedBy", _unsupported(rp.managed_by, MANAGED_BY)))
-    sp = rp.scheduling_policy
-    if sp is not None:
-        base = "spec.runPolicy.schedulingPolicy"
-        if sp.min_available is not None and sp.min_available < 0:
-            errs.append(FieldError(f"{base}.minAvailable", "must be greater than or equal to 0"))
-        if sp.schedule_timeout_seconds is not None and sp.schedule_timeout_seconds < 0:
-            errs.append(FieldError(f"{base}.scheduleTimeoutSeconds", "must be greater than or equal to 0"))
-        if sp.priority_class and not names.is_dns1123_subdomain(sp.priority_class):
-            errs.append(FieldError(f"{base}.priorityClass", "must be a valid DNS-1123 subdomain"))
-        if sp.queue and not names.is_label_value(sp.queue):
-            errs.append(FieldError(f"{base}.queue", "must be a valid label value"))
-        _validate_resource_list(sp.min_resources or {}, f"{base}.minResources", errs)
+    if rp.scheduling_policy is not None:
+        _validate_scheduling_policy(rp.scheduling_policy, errs)
+
+
+def _validate_scheduling_policy(sp: SchedulingPolicy, errs: list[FieldError]) -> None:
+    base = "spec.runPolicy.schedulingPolicy"
+    if sp.min_available is not None and sp.min_available < 0:
+        errs.append(FieldError(f"{base}.minAvailable", "must be greater than or equal to 0"))
+    if sp.schedule_timeout_seconds is not None and sp.schedule_timeout_seconds < 0:
+        errs.append(FieldError(f"{base}.scheduleTimeoutSeconds", "must be greater than or equal to 0"))
+    if sp.priority_class and not names.is_dns1123_subdomain(sp.priority_class):
+        errs.append(FieldError(f"{base}.priorityClass", "must be a valid DNS-1123 subdomain"))
+    if sp.queue and not names.is_label_value(sp.queue):
+        errs.append(FieldError(f"{base}.queue", "must be a valid label value"))
+    _validate_resource_list(sp.min_resources or {}, f"{base}.minResources", errs)
+
+
+def _validate_ssh_mount(spec: MPIJobSpec, errs: list[FieldError]) -> None:
     if not spec.ssh_auth_mount_path:
         errs.append(
             FieldError("spec.sshAuthMountPath", "Required value: must have a mount path for SSH credentials")
@@ -98,6 +117,10 @@ def validate(job: MPIJob) -> list[FieldError]:
         errs.append(
             FieldError("spec.sshAuthMountPath", f"must not be {names.CONFIG_MOUNT_PATH}, the hostfile mount")
         )
+
+
+def _validate_choices(spec: MPIJobSpec, errs: list[FieldError]) -> None:
+    """The spec's enumerations outside the run policy."""
     if spec.mpi_implementation not in MPI_IMPLEMENTATIONS:
         errs.append(
             FieldError("spec.mpiImplementation", _unsupported(spec.mpi_implementation, MPI_IMPLEMENTATIONS))
@@ -109,7 +132,6 @@ def validate(job: MPIJob) -> list[FieldError]:
                 _unsupported(spec.launcher_creation_policy, LAUNCHER_CREATION_POLICIES),
             )
         )
-    return errs
 
 
 def _validate_metadata(job: MPIJob, errs: list[FieldError]) -> None:
@@ -200,47 +222,67 @@ def _validate_template(
         )
         return
     path = f"{base}.spec"
-    containers = pod.get("containers")
+    _validate_containers(job, rtype, pod.get("containers"), f"{path}.containers", errs)
+    _validate_init_containers(rtype, pod.get("initContainers"), f"{path}.initContainers", errs)
+    _validate_volumes(rtype, pod.get("volumes"), f"{path}.volumes", errs)
+    _validate_pod_field_types(pod, path, errs)
+    _validate_dns_config(pod.get("dnsConfig"), f"{path}.dnsConfig", errs)
+
+
+def _validate_containers(
+    job: MPIJob, rtype: str, containers: object, path: str, errs: list[FieldError]
+) -> None:
     if containers is not None and not isinstance(containers, list):
-        errs.append(FieldError(f"{path}.containers", "Invalid value: must be an array"))
+        errs.append(FieldError(path, "Invalid value: must be an array"))
     elif not containers:
-        errs.append(FieldError(f"{path}.containers", "Required value: must define at least one container"))
+        errs.append(FieldError(path, "Required value: must define at least one container"))
     else:
         for i, c in enumerate(containers):
-            _validate_container(c, f"{path}.containers[{i}]", errs)
+            _validate_container(c, f"{path}[{i}]", errs)
         if isinstance(containers[0], Mapping):
-            _validate_main_container(job, rtype, containers[0], f"{path}.containers[0]", errs)
-    init = pod.get("initContainers")
-    if init is not None:
-        if not isinstance(init, list):
-            errs.append(FieldError(f"{path}.initContainers", "Invalid value: must be an array"))
-        else:
-            for i, c in enumerate(init):
-                _validate_container(c, f"{path}.initContainers[{i}]", errs)
-                ours = isinstance(c, Mapping) and c.get("name") == names.WAIT_CONTAINER
-                if rtype == names.LAUNCHER and ours:
-                    errs.append(
-                        FieldError(
-                            f"{path}.initContainers[{i}].name",
-                            f"Duplicate value: {quote(names.WAIT_CONTAINER)}: reserved by the operator",
-                        )
-                    )
-    volumes = pod.get("volumes")
+            _validate_main_container(job, rtype, containers[0], f"{path}[0]", errs)
+
+
+def _validate_init_containers(rtype: str, init: object, path: str, errs: list[FieldError]) -> None:
+    if init is None:
+        return
+    if not isinstance(init, list):
+        errs.append(FieldError(path, "Invalid value: must be an array"))
+        return
+    for i, c in enumerate(init):
+        _validate_container(c, f"{path}[{i}]", errs)
+        ours = isinstance(c, Mapping) and c.get("name") == names.WAIT_CONTAINER
+        if rtype == names.LAUNCHER and ours:
+            errs.append(
+                FieldError(
+                    f"{path}[{i}].name",
+                    f"Duplicate value: {quote(names.WAIT_CONTAINER)}: reserved by the operator",
+                )
+            )
+
+
+def _validate_volumes(rtype: str, volumes: object, path: str, errs: list[FieldError]) -> None:
+    """Volume names, none of them one the operator adds to this replica's pods."""
     ours = {names.SSH_VOLUME, names.CONFIG_VOLUME} if rtype == names.LAUNCHER else {names.SSH_VOLUME}
-    if volumes is not None:
-        if not isinstance(volumes, list):
-            errs.append(FieldError(f"{path}.volumes", "Invalid value: must be an array"))
-        else:
-            for i, v in enumerate(volumes):
-                if not isinstance(v, Mapping) or not isinstance(v.get("name"), str):
-                    errs.append(FieldError(f"{path}.volumes[{i}].name", "Required value"))
-                elif v["name"] in ours:
-                    errs.append(
-                        FieldError(
-                            f"{path}.volumes[{i}].name",
-                            f"Duplicate value: {quote(v['name'])}: reserved by the operator",
-                        )
-                    )
+    if volumes is None:
+        return
+    if not isinstance(volumes, list):
+        errs.append(FieldError(path, "Invalid value: must be an array"))
+        return
+    for i, v in enumerate(volumes):
+        if not isinstance(v, Mapping) or not isinstance(v.get("name"), str):
+            errs.append(FieldError(f"{path}[{i}].name", "Required value"))
+        elif v["name"] in ours:
+            errs.append(
+                FieldError(
+                    f"{path}[{i}].name",
+                    f"Duplicate value: {quote(v['name'])}: reserved by the operator",
+                )
+            )
+
+
+def _validate_pod_field_types(pod: Mapping[str, Any], path: str, errs: list[FieldError]) -> None:
+    """The pod fields the operator reads or sets, of the type it expects."""
     for key, kind in (
         ("hostNetwork", bool),
         ("priorityClassName", str),
@@ -253,25 +295,27 @@ def _validate_template(
         value = pod.get(key)
         if value is not None and not isinstance(value, kind):
             errs.append(FieldError(f"{path}.{key}", f"Invalid value: must be a {_JSON_TYPE[kind]}"))
-    dns = pod.get("dnsConfig")
-    if dns is not None:
-        if not isinstance(dns, Mapping):
-            errs.append(FieldError(f"{path}.dnsConfig", "Invalid value: must be an object"))
-        else:
-            searches = dns.get("searches")
-            if searches is not None:
-                if not isinstance(searches, list) or not all(isinstance(s, str) for s in searches):
-                    errs.append(
-                        FieldError(f"{path}.dnsConfig.searches", "Invalid value: must be an array of strings")
-                    )
-                elif len(searches) >= MAX_DNS_SEARCHES:
-                    errs.append(
-                        FieldError(
-                            f"{path}.dnsConfig.searches",
-                            f"Too many: {len(searches)}: must have at most {MAX_DNS_SEARCHES - 1} items "
-                            "(the operator adds one)",
-                        )
-                    )
+
+
+def _validate_dns_config(dns: object, path: str, errs: list[FieldError]) -> None:
+    if dns is None:
+        return
+    if not isinstance(dns, Mapping):
+        errs.append(FieldError(path, "Invalid value: must be an object"))
+        return
+    searches = dns.get("searches")
+    if searches is None:
+        return
+    if not isinstance(searches, list) or not all(isinstance(s, str) for s in searches):
+        errs.append(FieldError(f"{path}.searches", "Invalid value: must be an array of strings"))
+    elif len(searches) >= MAX_DNS_SEARCHES:
+        errs.append(
+            FieldError(
+                f"{path}.searches",
+                f"Too many: {len(searches)}: must have at most {MAX_DNS_SEARCHES - 1} items "
+                "(the operator adds one)",
+            )
+        )
 
 
 def _validate_string_map(value: object, path: str, errs: list[FieldError], *, labels: bool) -> None:

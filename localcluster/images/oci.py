@@ -119,6 +119,31 @@ class ImageConfig:
 def write_archive(name: str, layers: list[Layer], config: ImageConfig, out: Path) -> str:
     """Write an image archive named `name` (e.g. localhost/mpi-pi:openmpi) to out; return the manifest
     digest (what containerd reports for the imported image)."""
+    config_blob = _config_blob(layers, config)
+    config_digest = _digest(config_blob)
+    manifest_blob = _manifest_blob(layers, config_digest, len(config_blob))
+    manifest_digest = _digest(manifest_blob)
+    files = [
+        ("oci-layout", _json_blob({"imageLayoutVersion": "1.0.0"})),
+        ("index.json", _json_blob(_index(name, manifest_digest, len(manifest_blob)))),
+        ("manifest.json", _json_blob(_docker_manifest(name, config_digest, layers))),
+        (_blob_path(config_digest), config_blob),
+        (_blob_path(manifest_digest), manifest_blob),
+    ]
+    _write_tar(out, files, layers)
+    return manifest_digest
+
+
+def _digest(blob: bytes) -> str:
+    return f"sha256:{hashlib.sha256(blob).hexdigest()}"
+
+
+def _blob_path(digest: str) -> str:
+    return "blobs/sha256/" + digest.removeprefix("sha256:")
+
+
+def _config_blob(layers: list[Layer], config: ImageConfig) -> bytes:
+    """The OCI image config: what the container runs with, and the layers' diff ids."""
     cfg: dict[str, object] = {"Env": list(config.env)}
     if config.entrypoint:
         cfg["Entrypoint"] = list(config.entrypoint)
@@ -128,7 +153,7 @@ def write_archive(name: str, layers: list[Layer], config: ImageConfig, out: Path
         cfg["User"] = config.user
     if config.working_dir:
         cfg["WorkingDir"] = config.working_dir
-    config_blob = _json_blob(
+    return _json_blob(
         {
             "architecture": "amd64",
             "os": "linux",
@@ -137,23 +162,28 @@ def write_archive(name: str, layers: list[Layer], config: ImageConfig, out: Path
             "history": [{"created_by": "localcluster.images"} for _ in layers],
         }
     )
-    config_digest = f"sha256:{hashlib.sha256(config_blob).hexdigest()}"
-    manifest_blob = _json_blob(
+
+
+def _manifest_blob(layers: list[Layer], config_digest: str, config_size: int) -> bytes:
+    return _json_blob(
         {
             "schemaVersion": 2,
             "mediaType": MEDIA_MANIFEST,
-            "config": {"mediaType": MEDIA_CONFIG, "digest": config_digest, "size": len(config_blob)},
+            "config": {"mediaType": MEDIA_CONFIG, "digest": config_digest, "size": config_size},
             "layers": [{"mediaType": MEDIA_LAYER, "digest": la.digest, "size": la.size} for la in layers],
         }
     )
-    manifest_digest = f"sha256:{hashlib.sha256(manifest_blob).hexdigest()}"
-    index = {
+
+
+def _index(name: str, manifest_digest: str, manifest_size: int) -> dict[str, object]:
+    """The OCI layout's index.json: the one manifest, with the names containerd imports it as."""
+    return {
         "schemaVersion": 2,
         "manifests": [
             {
                 "mediaType": MEDIA_MANIFEST,
                 "digest": manifest_digest,
-                "size": len(manifest_blob),
+                "size": manifest_size,
                 "annotations": {
                     "io.containerd.image.name": name,
                     "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
@@ -162,38 +192,34 @@ def write_archive(name: str, layers: list[Layer], config: ImageConfig, out: Path
         ],
     }
 
-    def blob_path(digest: str) -> str:
-        return "blobs/sha256/" + digest.removeprefix("sha256:")
 
-    docker_manifest = [
+def _docker_manifest(name: str, config_digest: str, layers: list[Layer]) -> list[dict[str, object]]:
+    """docker-archive's manifest.json, pointing into the same blobs."""
+    return [
         {
-            "Config": blob_path(config_digest),
+            "Config": _blob_path(config_digest),
             "RepoTags": [name],
-            "Layers": [blob_path(la.digest) for la in layers],
+            "Layers": [_blob_path(la.digest) for la in layers],
         }
     ]
+
+
+def _write_tar(out: Path, files: list[tuple[str, bytes]], layers: list[Layer]) -> None:
+    """The archive: the small files in order, then each distinct layer once; renamed into place when whole."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-
-        def add_bytes(arcname: str, data: bytes) -> None:
+        for arcname, data in files:
             info = tarfile.TarInfo(arcname)
             info.size, info.mtime, info.mode = len(data), EPOCH, 0o644
             tar.addfile(info, io.BytesIO(data))
-
-        add_bytes("oci-layout", _json_blob({"imageLayoutVersion": "1.0.0"}))
-        add_bytes("index.json", _json_blob(index))
-        add_bytes("manifest.json", _json_blob(docker_manifest))
-        add_bytes(blob_path(config_digest), config_blob)
-        add_bytes(blob_path(manifest_digest), manifest_blob)
         seen = set()
         for layer in layers:
             if layer.digest in seen:
                 continue
             seen.add(layer.digest)
-            info = tarfile.TarInfo(blob_path(layer.digest))
+            info = tarfile.TarInfo(_blob_path(layer.digest))
             info.size, info.mtime, info.mode = layer.size, EPOCH, 0o644
             with layer.path.open("rb") as f:
                 tar.addfile(info, f)
     tmp.rename(out)
-    return manifest_digest

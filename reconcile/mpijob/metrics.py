@@ -84,6 +84,19 @@ class Metrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
+        # Registered in this order, which is the order of the exposition.
+        self._add_job_families(r)
+        self._add_process_families(r)
+        self._add_sync_families(r)
+        self._add_api_families(r)
+        self._add_startup_families(r)
+        self._job_states = _JobStates()
+        r.register(self._job_states)
+        self._job_info_keys: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def _add_job_families(self, r: CollectorRegistry) -> None:
+        """Upstream's job counters and launcher gauge."""
         self.jobs_created = Counter("mpi_operator_jobs_created", "MPIJobs created", registry=r)
         self.jobs_successful = Counter("mpi_operator_jobs_successful", "MPIJobs that succeeded", registry=r)
         self.jobs_failed = Counter("mpi_operator_jobs_failed", "MPIJobs that failed", registry=r)
@@ -93,10 +106,15 @@ class Metrics:
             ["launcher", "namespace"],
             registry=r,
         )
+
+    def _add_process_families(self, r: CollectorRegistry) -> None:
+        """This replica: leadership and the work queue."""
         self.is_leader = Gauge("mpi_operator_is_leader", "1 while this replica holds the lease", registry=r)
         self.queue_depth = Gauge(
             "mpi_operator_workqueue_depth", "MPIJob keys waiting in the queue", registry=r
         )
+
+    def _add_sync_families(self, r: CollectorRegistry) -> None:
         self.reconcile_duration = Histogram(
             "mpi_operator_reconcile_duration_seconds",
             "Time spent in one sync of one MPIJob",
@@ -110,6 +128,9 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+
+    def _add_api_families(self, r: CollectorRegistry) -> None:
+        """The API client: requests, watch events, retried failures, its rate limit."""
         self.api_requests = Counter(
             "mpi_operator_api_requests",
             "Requests to the Kubernetes API by verb, kind and HTTP status code",
@@ -139,7 +160,9 @@ class Metrics:
             "The API client's limit now in requests per second (0: none; it follows 429s and latency)",
             registry=r,
         )
-        # Start-up phases (render.phases), from the objects' timestamps: one sample per job and phase.
+
+    def _add_startup_families(self, r: CollectorRegistry) -> None:
+        """Start-up phases (render.phases), from the objects' timestamps: one sample per job and phase."""
         self.job_phase = Histogram(
             "mpi_operator_job_phase_seconds",
             "Time an MPIJob spent in one start-up phase, from its objects' timestamps, by phase",
@@ -166,10 +189,6 @@ class Metrics:
             buckets=STARTUP_BUCKETS,
             registry=r,
         )
-        self._job_states = _JobStates()
-        r.register(self._job_states)
-        self._job_info_keys: dict[str, tuple[str, str]] = {}
-        self._lock = threading.Lock()
 
     def set_job_info(self, key: str, launcher: str, namespace: str) -> None:
         with self._lock:

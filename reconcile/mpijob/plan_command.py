@@ -26,6 +26,17 @@ from reconcile.engine import managedfields
 from reconcile.mpijob.decide import Action, decide, needs_fresh_key
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resources, reads_priority_classes
+from reconcile.mpijob.render_command import (
+    EXIT_INVALID,
+    InputProblem,
+    add_filename_flag,
+    load_items,
+    metadata_of,
+    namespace_mismatch,
+    read_sources,
+    text_field,
+    version,
+)
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.informer import controller_ref
 from reconcile.runtime.kube import (
@@ -41,17 +52,6 @@ from reconcile.runtime.kube import (
     api_client,
 )
 from render import names
-from render.cli import (
-    EXIT_INVALID,
-    InputProblem,
-    add_filename_flag,
-    load_items,
-    metadata_of,
-    namespace_mismatch,
-    read_sources,
-    text_field,
-    version,
-)
 
 
 def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:

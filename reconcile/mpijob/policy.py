@@ -14,7 +14,17 @@ from typing import Final
 import render
 from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
-from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, Resource, resource_for
+from reconcile.runtime.kube import (
+    CONFIGMAP,
+    JOB,
+    POD,
+    SCHED_PLUGINS_PODGROUP,
+    SECRET,
+    SERVICE,
+    VOLCANO_PODGROUP,
+    Resource,
+    resource_for,
+)
 from render import names
 
 FIELD_MANAGER: Final = "mpijob-operator"
@@ -77,6 +87,11 @@ def gang_resources(config: render.Config) -> tuple[Resource, ...]:
     if not config.gang_scheduling:
         return ()
     return (VOLCANO_PODGROUP if config.gang_scheduling == names.VOLCANO else SCHED_PLUGINS_PODGROUP,)
+
+
+def child_resources(config: render.Config) -> tuple[Resource, ...]:
+    """Every kind of child the job may have with this configuration."""
+    return (POD, SERVICE, CONFIGMAP, SECRET, JOB, *gang_resources(config))
 
 
 def reads_priority_classes(config: render.Config) -> bool:

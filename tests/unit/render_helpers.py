@@ -8,8 +8,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reconcile.mpijob.render_command import main as cli_main
 from render import Observed, SSHKey
-from render.cli import main as cli_main
 from tests.utils import minimal_job
 
 UID = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"

@@ -1,11 +1,11 @@
-"""The CLI (`python -m render`, console script `mpijob-render`) prints exactly what the goldens hold."""
+"""The CLI (`mpijob render`, console script `mpijob-render`) prints exactly what the goldens hold."""
 
 import subprocess
 import sys
 
 import pytest
 
-from render.cli import PLACEHOLDER_UID
+from reconcile.mpijob.render_command import PLACEHOLDER_UID
 from tests.unit.golden_cases import GOLDEN, KEY_FILE, load_case
 from tests.unit.render_helpers import run_cli
 
@@ -86,7 +86,10 @@ def test_bad_now_and_fresh_key():
 
 def test_python_dash_m():
     proc = subprocess.run(
-        [sys.executable, "-m", "render", *case_args("suspended")], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "reconcile.cli", "render", *case_args("suspended")],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (GOLDEN / "suspended" / "children.yaml").read_text()

@@ -147,15 +147,20 @@ def test_differences_page_holds_every_entry(tmp_path: Path):
         assert f"### {e['id']}\n" in page
 
 
-def _sources(pattern: str, root: str) -> set[str]:
+def _sources(pattern: str, root: str, skip: frozenset[str] = frozenset()) -> set[str]:
     found: set[str] = set()
     for path in (REPO / root).rglob("*.py"):
-        found.update(re.findall(pattern, path.read_text()))
+        if path.relative_to(REPO).as_posix() not in skip:
+            found.update(re.findall(pattern, path.read_text()))
     return found
 
 
+# `mpijob render`'s flags are docs/cli.md's, not the operator's.
+RENDER_COMMAND = frozenset({"reconcile/mpijob/render_command.py"})
+
+
 def test_operations_lists_every_flag():
-    flags = _sources(r"""(?:add_argument|_bool)\((?:\w+, )?\s*"(--[\w-]+)\"""", "reconcile")
+    flags = _sources(r"""(?:add_argument|_bool)\((?:\w+, )?\s*"(--[\w-]+)\"""", "reconcile", RENDER_COMMAND)
     flags -= {"--help"}
     assert len(flags) > 20, flags
     page = (DOCS / "operations.md").read_text()
@@ -277,7 +282,7 @@ def _rendered_blocks() -> list[tuple[Block, str, Block | None]]:
 
 
 def _render(block: Block, tmp_path: Path) -> list[dict[str, Any]]:
-    from render.cli import main as render_main
+    from reconcile.mpijob.render_command import main as render_main
 
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(block.body)

@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 
 import render
+from reconcile.mpijob.render_command import main
 from render import Observed, ValidationError
 from render.admission import admit
-from render.cli import main
 from render.observed import check_objects
 from render.parse import too_deep
 from tests import strategies as s

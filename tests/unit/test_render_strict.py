@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-import render.cli
+from reconcile.mpijob import render_command
 from render.schema import check, mpijob_schema, strip_descriptions
 from tests.unit.golden_cases import GOLDEN, KEY_FILE
 from tests.unit.render_helpers import job, run_cli
@@ -112,7 +112,7 @@ def test_an_internal_error_exits_3_without_a_traceback(monkeypatch):
     def broken(*_args, **_kwargs):
         raise KeyError("bug")
 
-    monkeypatch.setattr(render.cli, "render", broken)
+    monkeypatch.setattr(render_command, "render", broken)
     code, out, err = _render(str(PI))
     assert (code, out) == (3, "")
     assert err == "error: internal error, please report it: KeyError: 'bug'\n"
@@ -195,7 +195,7 @@ def test_version_on_every_command():
         )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("mpijob") and "kubeflow.org/v2beta1" in proc.stdout
-        assert render.cli.version() in proc.stdout
+        assert render_command.version() in proc.stdout
 
 
 def test_shipped_schema_is_the_crds():

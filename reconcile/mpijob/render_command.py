@@ -1,7 +1,8 @@
 """`mpijob render -f FILE`: every child manifest of the MPIJobs in FILE (or, with --status, their status).
 
 Offline: no cluster is read. A manifest is judged as the API server would judge its create (strict field
-validation and the CRD's schema), then as the operator would. `python -m render` runs it too.
+validation and the CRD's schema), then as the operator would. From a checkout,
+`python -m reconcile.cli render` runs it too.
 
 exit codes: 0 rendered; 2 bad input (flags, files, YAML, a manifest the API server or the operator would
 refuse); 3 an internal error of this program.

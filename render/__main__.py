@@ -1,5 +1,0 @@
-import sys
-
-from render.cli import main
-
-sys.exit(main())

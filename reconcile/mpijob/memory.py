@@ -31,10 +31,6 @@ class JobMemory:
     # and since when a plan that only rewrites the hostfile has: one write covers pods starting one by one.
     status_held_since: datetime | None = None
     hostfile_held_since: datetime | None = None
-    # Syncs failed in a row (a condition once it repeats), and the MPIJob resourceVersion that the last
-    # finished sync acted on (served at /debug/synced for tests).
-    sync_failures: int = 0
-    synced_version: str | None = None
     # Each worker index's failures so far (render/failures.py counts them, each failed pod once): the
     # back-off before a failed worker is replaced, and the bound that fails the job. A replacement pod
     # carries its index's count (an annotation), so a restarted operator goes on from it.
@@ -57,7 +53,5 @@ class JobMemory:
         return job, attrs.evolve(self, parsed=job, parsed_version=version) if version else self
 
     def for_job(self, uid: str) -> JobMemory:
-        """This memory if it is the job's, else a fresh one (the failure count belongs to the key)."""
-        if uid == self.uid:
-            return self
-        return JobMemory(uid=uid, sync_failures=self.sync_failures, synced_version=self.synced_version)
+        """This memory if it is the job's, else a fresh one."""
+        return self if uid == self.uid else JobMemory(uid=uid)

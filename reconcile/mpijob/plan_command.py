@@ -16,16 +16,15 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-import attrs
 import jsonpatch
 import yaml
 from kubernetes.config import ConfigException
 
 import render
-from reconcile.engine import managedfields
-from reconcile.mpijob.decide import Action, decide, needs_fresh_key
+from reconcile.mpijob.decide import Action, decide
 from reconcile.mpijob.memory import JobMemory
-from reconcile.mpijob.policy import CHILD_SELECTOR, gang_resources, reads_priority_classes
+from reconcile.mpijob.observe import ApiReader, observe
+from reconcile.mpijob.policy import child_resources, reads_priority_classes
 from reconcile.mpijob.render_command import (
     EXIT_INVALID,
     InputProblem,
@@ -38,19 +37,7 @@ from reconcile.mpijob.render_command import (
     version,
 )
 from reconcile.mpijob.workloadapi import served_workload_api
-from reconcile.runtime.informer import controller_ref
-from reconcile.runtime.kube import (
-    CONFIGMAP,
-    JOB,
-    MPIJOB,
-    POD,
-    PRIORITY_CLASS,
-    SECRET,
-    SERVICE,
-    ApiError,
-    Kube,
-    api_client,
-)
+from reconcile.runtime.kube import MPIJOB, ApiError, Kube, api_client
 from render import names
 
 
@@ -74,43 +61,15 @@ def _parser(prog: str = "mpijob plan") -> argparse.ArgumentParser:
     return p
 
 
-def _ours(obj: dict[str, Any], uid: str) -> bool:
-    return (controller_ref(obj) or {}).get("uid") == uid
-
-
-def live_children(kube: Kube, job: Any, config: render.Config) -> list[dict[str, Any]]:
-    """What the operator's caches hold for the job: its children, its launcher's pods, any object holding
-    a name it wants, and PriorityClasses with gang scheduling."""
-    resources = [POD, SERVICE, CONFIGMAP, SECRET, JOB]
-    resources += gang_resources(config)
-    listed = {res: kube.list(res, job.namespace, labelSelector=CHILD_SELECTOR)["items"] for res in resources}
-    out = [o for items in listed.values() for o in items if _ours(o, job.uid)]
-    launchers = {o["metadata"].get("uid") for o in out if o.get("kind") == "Job"}
-    out += [p for p in listed[POD] if (controller_ref(p) or {}).get("uid") in launchers]
-    have = {(o.get("kind"), o["metadata"].get("name")) for o in out}
-    by_kind = {res.kind: res for res in resources}
-    for kind, name in render.wanted_names(job, config):
-        if (kind, name) in have or kind not in by_kind:
-            continue
-        try:
-            held = kube.get(by_kind[kind], job.namespace, name)
-        except ApiError as err:
-            if err.status == 404:
-                continue
-            raise
-        held.setdefault("apiVersion", by_kind[kind].api_version)
-        held.setdefault("kind", kind)
-        out.append(held)
-    if reads_priority_classes(config):
-        out += kube.list(PRIORITY_CLASS)["items"]
-    return [managedfields.slim(o) for o in out]
-
-
-def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.Config, now: datetime) -> dict:
-    """The report of the operator's own decision (reconcile.mpijob.decide) on this state."""
-    memory = JobMemory(uid=str((mpijob.get("metadata") or {}).get("uid", "")))
-    if needs_fresh_key(mpijob, live, memory):
-        memory = attrs.evolve(memory, fresh_ssh_key=render.generate_ssh_key())
+def compute(
+    mpijob: dict[str, Any],
+    live: list[dict[str, Any]],
+    memory: JobMemory,
+    config: render.Config,
+    now: datetime,
+) -> dict:
+    """The report of the operator's own decision (reconcile.mpijob.decide) on the state the observe step
+    gave (``live``, ``memory``)."""
     decision = decide(mpijob, live, memory, now, config)
     meta = mpijob.get("metadata") or {}
     report: dict[str, Any] = {"mpijob": f"{meta.get('namespace', '')}/{meta.get('name', '')}"}
@@ -129,6 +88,22 @@ def compute(mpijob: dict[str, Any], live: list[dict[str, Any]], config: render.C
     elif decision.action is Action.IGNORE:
         report["ignored"] = "deleted, or managed by another controller (spec.runPolicy.managedBy)"
     return report
+
+
+def plan_one(kube: Kube, namespace: str, name: str, config: render.Config, now: datetime) -> dict[str, Any]:
+    """Read the MPIJob and observe it as the operator does, through GET and LIST; then ``compute``."""
+    mpijob = kube.get(MPIJOB, namespace, name)
+    mpijob.setdefault("apiVersion", MPIJOB.api_version)
+    mpijob.setdefault("kind", MPIJOB.kind)
+    render.parse_mpijob(mpijob)  # an invalid spec is bad input here: its errors, exit 2
+    reader = ApiReader(
+        kube,
+        list(child_resources(config)),
+        read_priority=reads_priority_classes(config),
+        read_nodes=True,  # as the operator's --watch-nodes, on by default
+    )
+    live, memory = observe(mpijob, JobMemory(uid=str(mpijob["metadata"].get("uid", ""))), reader, config)
+    return compute(mpijob, live, memory, config, now)
 
 
 EXIT_FAILED = 3  # the API server could not be asked, or a bug of ours
@@ -154,11 +129,8 @@ def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
             gang_scheduling=args.gang_scheduling,
             workload_api=served_workload_api(kube) if args.gang_scheduling == names.KUBERNETES_GANG else "",
         )
-        reports = []
-        for namespace, name in targets:
-            mpijob = kube.get(MPIJOB, namespace or default_ns, name)
-            job = render.parse_mpijob(mpijob)  # an invalid spec is bad input here: its errors, exit 2
-            reports.append(compute(mpijob, live_children(kube, job, config), config, datetime.now(UTC)))
+        now = datetime.now(UTC)
+        reports = [plan_one(kube, namespace or default_ns, name, config, now) for namespace, name in targets]
     except render.ValidationError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

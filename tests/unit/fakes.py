@@ -39,6 +39,17 @@ class FakeKube:
         except KeyError:
             raise ApiError(404, "Not Found", json.dumps({"code": 404})) from None
 
+    def list(self, res: Resource, namespace=None, **query):
+        """Every object of the kind (in ``namespace``); label selectors are not applied."""
+        self.calls.append(("list", res.kind, namespace or ""))
+        self._check("list")
+        items = [
+            json.loads(json.dumps(o))
+            for (plural, ns, _), o in self.objects.items()
+            if plural == res.plural and (not namespace or ns == namespace)
+        ]
+        return {"items": items}
+
     def create(self, res: Resource, namespace, body):
         self.calls.append(("create", res.kind, body["metadata"]["name"]))
         self._check("create")

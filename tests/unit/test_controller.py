@@ -14,9 +14,10 @@ from reconcile.mpijob.controller import Controller
 from reconcile.mpijob.decide import decide
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.observe import children_of, wanted
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
-from reconcile.runtime.kube import JOB, POD, SECRET, ApiError
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, ApiError
 from tests import utils
 from tests.unit.fakes import FakeKube, NoKube, RecordingWriter
 
@@ -66,8 +67,9 @@ def test_children_map_to_their_mpijob_and_launcher_pods_through_the_job():
 
 def test_child_events_enqueue_the_owner_key():
     c = controller()
-    c._on_child("ADDED", None, obj("ConfigMap", "pi-config", MPIJOB_REF))
-    c._on_child("ADDED", None, obj("ConfigMap", "stray"))
+    handler = c.children[CONFIGMAP]._handlers[0]
+    handler("ADDED", None, obj("ConfigMap", "pi-config", MPIJOB_REF))
+    handler("ADDED", None, obj("ConfigMap", "stray"))
     assert c.queue.get(timeout=1) == "ns/pi"
     c.queue.done("ns/pi")
     assert len(c.queue) == 0
@@ -87,13 +89,11 @@ def test_a_node_event_enqueues_the_jobs_with_pods_on_it_and_their_children_inclu
     c.children[POD].store.upsert({**obj("Pod", "other-worker-0", other), "spec": {"nodeName": "n3"}})
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "resourceVersion": "1"}}
     c.nodes.store.upsert(node)
-    c._on_node("MODIFIED", node, node)
-    assert c.queue.get(timeout=1) == "ns/pi"
-    c.queue.done("ns/pi")
-    c._on_node("DELETED", {"metadata": {"name": "n9"}}, None)  # no pod there
-    assert len(c.queue) == 0
+    assert c.node_keys(node, node) == ["ns/pi"]
+    assert c.node_keys({"metadata": {"name": "n9"}}, None) == []  # no pod there
     job = render.parse_mpijob({**_mpijob(), "metadata": {**_mpijob()["metadata"], "uid": "job-uid"}})
-    assert [o for o in c.children_of(job) if o["kind"] == "Node"] == [node]  # n1 is not in the cache
+    nodes = [o for o in children_of(job, c.reader) if o["kind"] == "Node"]
+    assert nodes == [node]  # n1 is not in the cache
 
 
 def test_policy_is_the_design_table():
@@ -131,12 +131,12 @@ def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone(versio
     assert [(r.api_version, r.kind) for r in c.gang_resources] == [(version, k) for k in kinds]
     assert c.priority_classes is None
     job = minimal_job()
-    assert all((r, job.name) in c.wanted(job) for r in c.gang_resources)
+    assert all((r, job.name) in wanted(job, c.config) for r in c.gang_resources)
     assert all(r in c.children for r in c.gang_resources)
     # nothing served: no informer, and no name to look up
     unserved = controller(gang="kubernetes")
     assert unserved.gang_resources == ()
-    assert all(res.group != "scheduling.k8s.io" for res, _ in unserved.wanted(job))
+    assert all(res.group != "scheduling.k8s.io" for res, _ in wanted(job, unserved.config))
 
 
 def minimal_job():

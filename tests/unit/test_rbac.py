@@ -15,6 +15,7 @@ from typing import Any
 import render
 from reconcile.mpijob.controller import Controller
 from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.observe import wanted
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime import kube
 from reconcile.runtime.events import EventRecorder
@@ -118,18 +119,19 @@ def _is_send(node: ast.AST) -> bool:
 
 def used() -> dict[tuple[str, str], set[str]]:
     calls, variable = direct_calls()
-    # Controller._read gets a child holding a wanted name; informer.py lists and watches its resource;
-    # leader.py watches the Lease.
+    # observe.py gets a child holding a wanted name (and, for `mpijob plan` only, lists the child kinds
+    # the informers list too); informer.py lists and watches its resource; leader.py watches the Lease.
     # The controller's writes of the objects a sync holds: the MPIJob's status and its deletion after the
     # TTL, and the launcher Job's startTime cleared on resume.
     assert sorted(set(variable)) == [
         "controller.py:_clear_launcher_start_time:merge-patch/status",
         "controller.py:_delete_expired:delete",
-        "controller.py:_read:get",
         "controller.py:_write_status:update/status",
         "informer.py:_list:list",
         "informer.py:_watch:stream_lines",
         "leader.py:_watch:stream_lines",
+        "observe.py:_get:get",
+        "observe.py:_list:list",
     ], variable
     out: dict[tuple[str, str], set[str]] = {}
     out.setdefault(_key(kube.MPIJOB, "status"), set()).add("update")
@@ -142,7 +144,7 @@ def used() -> dict[tuple[str, str], set[str]]:
     for c in _controllers():
         for inf in c.informers:
             out.setdefault(_key(inf.resource), set()).update({"list", "watch"})
-        for res, _name in c.wanted(_job()):
+        for res, _name in wanted(_job(), c.config):
             out.setdefault(_key(res), set()).add("get")
     # the executor: POST creates, PATCH applies and removals, DELETE deletes, for every kind of the policy
     by_kind = {(r.group, r.kind): r for r in RESOURCES.values()}

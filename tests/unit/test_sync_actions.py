@@ -34,7 +34,7 @@ from reconcile.mpijob.decide import (
 )
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
-from reconcile.mpijob.plan_command import compute
+from reconcile.mpijob.plan_command import plan_one
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import NODE, resource_for
 from render.keys import load_ssh_key
@@ -267,7 +267,7 @@ def test_a_failing_sync_then_a_recovery_keeps_the_state_column_the_jobs_state():
     sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
     assert (sync_failed["status"], sync_failed["reason"]) == ("True", "ApiError500")
     assert _state_column(status) == "Created"
-    assert c.memory(key) is not None and c.memory(key).sync_failures == 3
+    assert c.loop.failures(key) == 3
 
     fails.failing = False
     c.mpijobs.observe(writer.objects[stored])
@@ -276,7 +276,7 @@ def test_a_failing_sync_then_a_recovery_keeps_the_state_column_the_jobs_state():
     sync_failed = next(x for x in status["conditions"] if x["type"] == "SyncFailed")
     assert sync_failed["status"] == "False"
     assert _state_column(status) == "Running"
-    assert c.memory(key).sync_failures == 0
+    assert c.loop.failures(key) == 0
 
 
 # -- `mpijob plan` prints the plan the sync executes --------------------------------------------------
@@ -291,11 +291,11 @@ def test_the_plan_command_prints_the_plan_the_sync_executes(scenario):
     kube = FakeKube()
     c, writer = _controller(kube, config, now.isoformat().replace("+00:00", "Z"))
     key = _load(c, kube, job, live)
-    children, _ = c.observe(job, JobMemory())
+    meta = job["metadata"]
+    report = plan_one(kube, meta["namespace"], meta["name"], config, now)  # GET and LIST, as the command
     with contextlib.suppress(SyncError, WriteFailed):
         c.sync(key)
     sent = Counter(_as_plan_entry(r) for r in writer.sent if r.kind != "MPIJob" and r.verb != "merge-patch")
-    report = compute(job, children, config, now)
     printed = report["plan"]
     # the creates wait while a wanted name is held by someone else (CREATE_RULES)
     groups = ("patches", "deletes") if printed["conflicts"] else ("creates", "patches", "deletes")

@@ -1,14 +1,18 @@
 """The operator's one door to the API server: JSON dicts in and out, throttled and counted.
 
-Objects stay plain dicts (``_preload_content=False`` style: raw bytes and ``json.loads``), never the
-client's typed models, which cost several times the memory and drop unknown fields.
+Objects stay plain dicts (raw bytes, orjson), never the client's typed models, which cost several times the
+memory and drop unknown fields.
 
-Requests of ``Kube`` skip the ``ApiClient``'s REST layer, with orjson bodies: the REST client's
-``json.dumps``, its pool manager's URL parse and pool lookup, and the classification of a URL it already
-knew cost a quarter of the client's CPU per write. They go on kept-alive connections of the ``ApiClient``'s
-urllib3 pool for the API server, framed and parsed by ``wire``.
-``Kube`` also wraps the ``ApiClient``'s REST layer, so every request (ours, and anything else sent through
-that client) passes one ``AdaptiveLimiter`` (no fixed limit by default, or
+Every request (reads, lists, writes, watches) goes through ``wire``: HTTP/1.1 framed by hand on kept-alive
+connections of the urllib3 pool the ``ApiClient``'s pool manager holds for the API server. What
+``kubernetes.config`` loaded into the client's ``Configuration`` sets it up: the server's URL, the CA,
+the client certificate and key, the TLS verify flag, and the proxy (an HTTPS server behind one through a
+CONNECT tunnel, a plain-HTTP one through the proxy's forwarding). The bearer token comes from the
+``Configuration``'s auth settings on every request, so its refresh hook keeps it current. Nothing goes
+through the ``ApiClient``'s own request path, whose body copy (``sanitize_for_serialization``),
+``json.dumps``, URL parse and pool lookup cost a quarter of the client's CPU per write.
+
+Every request passes one ``AdaptiveLimiter`` (no fixed limit by default, or
 ``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429 is
 retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and every
 request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
@@ -18,34 +22,29 @@ counted with code ``fenced``).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 import attrs
 import orjson
-import urllib3
 from kubernetes import config as kubeconfig
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from reconcile.runtime.fence import Fence, NotLeader
 from reconcile.runtime.ratelimit import AdaptiveLimiter, retry_after_seconds
-from reconcile.runtime.wire import Connections, Stream
+from reconcile.runtime.wire import Answer, Connections, Stream, server_url
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
-DISCOVERY_BURST = 100
 MAX_RETRIES = 5  # retries of one request the server throttled (429, or a 5xx with Retry-After)
-# urllib3 retries a failed connection; a throttled answer comes back to Kube, which counts it and waits
-# on its limiter (urllib3 would sleep out Retry-After itself, unseen).
-_TRANSPORT_RETRIES = urllib3.Retry(total=3, redirect=False, respect_retry_after_header=False)
+_Answer = TypeVar("_Answer", Answer, Stream)
 
 
 @attrs.frozen
@@ -147,19 +146,13 @@ class ApiError(ApiException):
         return f"{self.status} {self.reason}: {self.message}"
 
 
-def classify(method: str, url: str) -> tuple[str, str]:
-    """(verb, kind) of a request URL, as the request metric labels it."""
-    parts = urlsplit(url)
-    return classify_path(method, parts.path, _is_watch(parse_qs(parts.query).get("watch", [""])[0]))
-
-
 def _is_watch(value: Any) -> bool:
     """A ``watch`` query parameter that asks for a watch, as the API server reads it."""
     return _query_value(value) in ("1", "true")
 
 
 def classify_path(method: str, path: str, watch: bool = False) -> tuple[str, str]:
-    """(verb, kind) of a request path without its query."""
+    """(verb, kind) of a request path without its query, as the request metric labels it."""
     segs = [s for s in path.split("/") if s]
     if segs[:1] == ["api"]:
         rest = segs[2:]
@@ -198,26 +191,23 @@ class Kube:
         user_agent: str = "mpi-operator",
         fence: Fence | None = None,
     ) -> None:
-        """``qps`` > 0 pins a fixed limit (a token bucket with ``burst``); 0 leaves the pace to the server,
-        whose 429s and latency the limiter follows."""
+        """``api_client``: its ``Configuration`` and pool manager (TLS, proxy) set up the connections; a
+        server URL that is not http(s) raises ``ValueError`` here. ``qps`` > 0 pins a fixed limit (a token
+        bucket with ``burst``); 0 leaves the pace to the server, whose 429s and latency the limiter
+        follows."""
         self.api_client = api_client
-        api_client.user_agent = user_agent
         self.limiter = AdaptiveLimiter(qps if qps > 0 else None, burst)
-        # API discovery (the dynamic client's /api, /apis, /apis/<group>/<version>, about 20 requests on a
-        # first start) waits on a limiter of its own with a larger burst: spending the main burst on it made
-        # the first job after a start wait seconds for tokens (client-go's typed clients need no discovery).
-        self._discovery_limiter = AdaptiveLimiter(qps if qps > 0 else None, max(burst, DISCOVERY_BURST))
         self._on_request = on_request
         self.fence = fence
-        self._timeouts: dict[Any, urllib3.Timeout] = {}
-        self._instrument()
+        self._configuration = api_client.configuration
+        self._accept = {"Accept": "application/json", "User-Agent": user_agent}
+        self._wire = Connections.to(api_client.rest_client.pool_manager, self._configuration.host)
 
     # -- throttle and count every request ----------------------------------------------------------
-    def _throttled(self, method: str, verb: str, kind: str, send: Callable[[], Any]) -> Any:
+    def _throttled(self, method: str, verb: str, kind: str, send: Callable[[], _Answer]) -> _Answer:
         """One request through the limiter (and, for a write, the fence); counted; a 429 (or a 5xx with
         Retry-After) sent again after the wait the server asked for."""
-        limiter = self._discovery_limiter if kind == "discovery" else self.limiter
-        on_request, fence = self._on_request, self.fence
+        limiter, on_request, fence = self.limiter, self._on_request, self.fence
         attempt = 0
         while True:
             limiter.wait()
@@ -237,8 +227,8 @@ class Kube:
                 if on_request is not None:
                     on_request(verb, kind, "error")
                 raise
-            code = int(getattr(resp, "status", 200) or 200)
-            retry_after = retry_after_seconds(_header(resp, "Retry-After"))
+            code = resp.status
+            retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
             # a watch's latency is its whole life: only its answer code counts
             latency = None if verb == "watch" else time.monotonic() - started
             limiter.observe(latency, code, retry_after)
@@ -248,98 +238,22 @@ class Kube:
             if not throttled or verb == "watch" or attempt >= MAX_RETRIES:
                 return resp
             attempt += 1
-            _drain(resp)
-
-    def _instrument(self) -> None:
-        """Requests sent through the ApiClient's REST layer by anyone else pass the same door."""
-        rest = self.api_client.rest_client
-        if getattr(rest, "_mpi_operator_wrapped", False):
-            return
-        inner = rest.request
-
-        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            verb, kind = classify(method, url)
-            return self._throttled(method, verb, kind, lambda: inner(method, url, *args, **kwargs))
-
-        rest.request = request
-        rest._mpi_operator_wrapped = True
+            resp.release_conn()
 
     # -- raw requests ------------------------------------------------------------------------------
-    def _call(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, Any] | None,
-        body: Any,
-        content_type: str | None,
-        timeout: float | tuple[float, float] | None,
-        *,
-        stream: bool = False,
-    ) -> Any:
-        """The answer: ``wire.Answer`` read whole, ``wire.Stream`` (``stream``: its body read as it comes),
-        or urllib3's response with its body not read yet (through a proxy). The generated ApiClient is
-        skipped: its param_serialize walks and copies every body (sanitize_for_serialization), CPU spent on
-        plain dicts that are already JSON-ready."""
-        api = self.api_client
-        headers = {"Accept": "application/json", **api.default_headers}
+    def _headers(self, body: Any, content_type: str | None) -> dict[str, str]:
+        headers = dict(self._accept)
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
+        # asked on every request: the refresh hook kubernetes.config sets renews an expiring token here
+        auth = self._configuration.auth_settings().get("BearerToken")
+        if auth and auth["value"]:
+            headers[auth["key"]] = auth["value"]
+        return headers
+
+    def _target(self, path: str, query: Mapping[str, Any] | None) -> str:
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None and v != ""]
-        target = path + ("?" + "&".join(f"{k}={quote(v)}" for k, v in params) if params else "")
-        direct = self._direct
-        if direct is None:
-            url = api.configuration.host + target
-            resp = api.rest_client.request(method, url, headers=headers, body=body, _request_timeout=timeout)
-            return resp.response
-        pool, prefix = direct
-        data = None if body is None else orjson.dumps(body)
-        verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
-        wire = self._wire
-        if wire is not None and stream:
-            return self._throttled(method, verb, kind, lambda: wire.stream(method, target, headers, timeout))
-        if wire is not None:
-            return self._throttled(
-                method, verb, kind, lambda: wire.request(method, target, data, headers, timeout)
-            )
-        return self._throttled(
-            method,
-            verb,
-            kind,
-            lambda: pool.urlopen(
-                method,
-                prefix + target,
-                body=data,
-                headers=headers,
-                timeout=self._timeout(timeout),
-                preload_content=False,
-                retries=_TRANSPORT_RETRIES,
-                assert_same_host=False,
-            ),
-        )
-
-    @functools.cached_property
-    def _direct(self) -> tuple[urllib3.HTTPConnectionPool, str] | None:
-        return _direct_pool(self.api_client)
-
-    @functools.cached_property
-    def _wire(self) -> Connections | None:
-        """Kept-alive connections of the direct pool for every request, watches included; not through a
-        proxy (urllib3 sets up its tunnel)."""
-        direct = self._direct
-        if direct is None or getattr(direct[0], "proxy", None) is not None:
-            return None
-        return Connections(*direct)
-
-    def _timeout(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
-        found = self._timeouts.get(timeout)
-        if found is None:
-            if isinstance(timeout, tuple):
-                found = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-            else:
-                found = urllib3.Timeout(total=timeout)
-            self._timeouts[timeout] = found
-        return found
+        return path + ("?" + "&".join(f"{k}={quote(v)}" for k, v in params) if params else "")
 
     def request(
         self,
@@ -351,7 +265,14 @@ class Kube:
         content_type: str | None = None,
         timeout: float | tuple[float, float] | None = 30,
     ) -> dict[str, Any]:
-        resp = self._call(method, path, query, body, content_type, timeout)
+        headers = self._headers(body, content_type)
+        target = self._target(path, query)
+        sent = None if body is None else orjson.dumps(body)
+        verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
+        wire = self._wire
+        resp = self._throttled(
+            method, verb, kind, lambda: wire.request(method, target, sent, headers, timeout)
+        )
         data = resp.data
         if not 200 <= resp.status <= 299:
             raise ApiError(resp.status, resp.reason or "", data.decode("utf-8", "replace") if data else "")
@@ -365,7 +286,7 @@ class Kube:
         on_open: Callable[[Any], None] | None = None,
     ) -> Iterator[bytes]:
         """A watch: yields one JSON line per event until the server ends the stream."""
-        raw = self._call("GET", path, query, None, None, timeout, stream=True)
+        raw = self._open_stream(path, query, timeout)
         if not 200 <= raw.status <= 299:
             data = raw.data
             raise ApiError(raw.status, raw.reason or "", data.decode("utf-8", "replace") if data else "")
@@ -373,8 +294,7 @@ class Kube:
             on_open(raw)
         buf = b""
         try:
-            chunks = raw.chunks() if isinstance(raw, Stream) else raw.stream(amt=None, decode_content=True)
-            for chunk in chunks:
+            for chunk in raw.chunks():
                 if b"\n" not in chunk:
                     buf += chunk
                     continue
@@ -388,6 +308,13 @@ class Kube:
                 yield buf
         finally:
             raw.release_conn()
+
+    def _open_stream(self, path: str, query: Mapping[str, Any], timeout: tuple[float, float]) -> Stream:
+        headers = self._headers(None, None)
+        target = self._target(path, query)
+        wire = self._wire
+        verb, kind = classify_path("GET", path, _is_watch(query.get("watch", "")))
+        return self._throttled("GET", verb, kind, lambda: wire.stream("GET", target, headers, timeout))
 
     # -- verbs on known resources ------------------------------------------------------------------
     def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
@@ -461,43 +388,6 @@ def _query_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _header(resp: Any, name: str) -> str | None:
-    headers = getattr(resp, "headers", None)
-    try:
-        value = headers.get(name) if headers is not None else None
-    except Exception:
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _drain(resp: Any) -> None:
-    """Read a response we retry, so its connection goes back to the pool."""
-    try:
-        resp.read()
-        raw = getattr(resp, "response", resp)  # the REST client's wrapper, or urllib3's own
-        release = getattr(raw, "release_conn", None)
-        if release is not None:
-            release()
-    except Exception:
-        pass
-
-
-def _direct_pool(api: ApiClient) -> tuple[urllib3.HTTPConnectionPool, str] | None:
-    """The ApiClient's connection pool for its API server (TLS settings, proxy tunnel and all) and the
-    server URL's path prefix, or None
-    when requests must go through its REST layer: a plain-HTTP server behind a proxy takes absolute URLs,
-    and a stand-in REST layer has no pool."""
-    manager = getattr(getattr(api, "rest_client", None), "pool_manager", None)
-    if not isinstance(manager, urllib3.PoolManager):
-        return None
-    host = urllib3.util.parse_url(api.configuration.host)
-    if not host.host:
-        return None
-    if isinstance(manager, urllib3.ProxyManager) and host.scheme != "https":
-        return None
-    return manager.connection_from_url(api.configuration.host), (host.path or "").rstrip("/")
-
-
 def is_status(err: BaseException, *codes: int) -> bool:
     return isinstance(err, ApiException) and err.status in codes
 
@@ -513,6 +403,5 @@ def api_client(kubeconfig_path: str, master: str) -> ApiClient:
         kubeconfig.load_kube_config(client_configuration=cfg)
     if master:
         cfg.host = master
-    # enough connections for the workers, the informers' watches and the lease
-    cfg.connection_pool_maxsize = 32
+    server_url(cfg.host)  # a URL the wire layer cannot reach fails here, at start
     return ApiClient(cfg)

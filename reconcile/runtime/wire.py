@@ -5,10 +5,16 @@ Python: ``http.client`` parses each answer's headers with the ``email`` package,
 and retry bookkeeping. That was a quarter of the operator's CPU per job. Here a request is one
 ``sendall`` and the answer is parsed by httptools (llhttp, in C): about 50 microseconds.
 
-The connections are urllib3's, made by the ``ApiClient``'s pool for the API server, so TLS, client
-certificates and the server's certificate check are exactly the kubernetes client's. A watch's answer
-is read as it comes (``stream``) on a connection of its own, in pieces of up to 64 KiB: urllib3 read a
-chunked stream chunk by chunk in Python, 6% of the operator's CPU.
+The connections are urllib3's, made by the pool the kubernetes client's pool manager holds for the API
+server, so TLS, client certificates, the server's certificate check and proxies are exactly the kubernetes
+client's: an HTTPS server behind a proxy is reached through a CONNECT tunnel (as urllib3 sets it up), a
+plain-HTTP one by sending each request to the proxy with the whole URL (the proxy forwards it), and a SOCKS
+proxy is dialled by urllib3's SOCKS connections. A watch's answer is read as it comes (``stream``) on a
+connection of its own, in pieces of up to 64 KiB: urllib3 read a chunked stream chunk by chunk in Python,
+6% of the operator's CPU.
+
+Kept-alive connections wait on one stack, which the operator's threads (workers, informers, leader
+election) share: taking one from it and putting one back happen under a lock.
 
 A kept-alive connection the server has closed is found before it is used (it reads as readable). A
 request that finds one closed anyway is sent again on a new connection if it could not have been
@@ -19,12 +25,14 @@ error, which callers treat as any other (the next sync sees what the server did)
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httptools
 import urllib3
-from urllib3.util import wait_for_read
+from urllib3.util import Url, parse_url, wait_for_read
+from urllib3.util.proxy import connection_requires_http_tunnel
 
 RECV_BYTES = 64 * 1024  # above one TLS record (16 KiB), below malloc's mmap threshold
 _REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -111,6 +119,16 @@ class _Reading:
         self.parser = None  # no cycle with the parser, which holds these callbacks
 
 
+def server_url(url: str) -> Url:
+    """``url`` parsed if it names an http(s) server (without a scheme: http, as urllib3 reads it), else
+    ``ValueError``."""
+    parsed = parse_url(url)
+    scheme = parsed.scheme or "http"
+    if scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"the API server's URL is not http(s)://host[:port][/path]: {url!r}")
+    return parsed._replace(scheme=scheme)
+
+
 def _host_header(pool: urllib3.HTTPConnectionPool) -> str:
     host = str(pool.host)
     if ":" in host and not host.startswith("["):
@@ -123,24 +141,64 @@ class Connections:
     """A stack of kept-alive connections to one server; ``request`` takes one, sends, reads the whole
     answer, and puts it back; ``stream`` keeps its connection for the answer it reads as it comes."""
 
-    def __init__(self, pool: urllib3.HTTPConnectionPool, prefix: str = "") -> None:
+    def __init__(
+        self,
+        pool: urllib3.HTTPConnectionPool,
+        prefix: str = "",
+        *,
+        host: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        tunnel: bool = False,
+    ) -> None:
+        """``pool`` makes the connections (its TLS settings and proxy); ``prefix`` goes before every
+        target; ``host`` is the Host header (else the pool's server); ``headers`` go with every request;
+        ``tunnel``: each new connection first opens a CONNECT tunnel through the pool's proxy."""
         self._pool = pool
         self._prefix = prefix
-        self._host = _host_header(pool)
+        self._host = host or _host_header(pool)
+        self._headers = [f"{k}: {v}" for k, v in (headers or {}).items()]
+        self._tunnel = tunnel
         self._idle: list[Any] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def to(cls, manager: urllib3.PoolManager, url: str) -> Connections:
+        """Connections to the server at ``url`` (its path a prefix of every target), made with the
+        settings of ``manager``: TLS, client certificate and proxy."""
+        parsed = server_url(url)
+        pool = manager.connection_from_url(url)
+        prefix = (parsed.path or "").rstrip("/")
+        proxy = pool.proxy
+        if proxy is None:
+            return cls(pool, prefix)
+        if connection_requires_http_tunnel(proxy, pool.proxy_config, parsed.scheme):
+            return cls(pool, prefix, tunnel=True)
+        # The pool is the proxy's: each request names the whole URL, and the proxy forwards it.
+        origin = f"{parsed.scheme}://{parsed.netloc}"
+        return cls(pool, origin + prefix, host=parsed.netloc, headers=pool.proxy_headers)
 
     def _take(self, connect_timeout: float | None) -> tuple[Any, bool]:
         """A connection and whether it served a request before; a new one waits at most
-        ``connect_timeout`` for its TCP and TLS handshakes."""
-        while self._idle:
-            conn = self._idle.pop()
+        ``connect_timeout`` for its TCP and TLS handshakes (and its proxy's tunnel)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                conn = self._idle.pop()
             if conn.sock is not None and not wait_for_read(conn.sock, timeout=0.0):
                 return conn, True  # (a closed one reads as readable: EOF)
             conn.close()
         conn = self._pool._new_conn()  # the pool's TLS settings; urllib3 has no public constructor for it
         conn.timeout = connect_timeout
-        conn.connect()
+        if self._tunnel:
+            self._pool._prepare_proxy(conn)  # CONNECT, then TLS with the server through the tunnel
+        else:
+            conn.connect()
         return conn, False
+
+    def _put(self, conn: Any) -> None:
+        with self._lock:
+            self._idle.append(conn)
 
     def request(
         self,
@@ -159,7 +217,7 @@ class Connections:
             b"".join(reading.chunks),
         )
         if reading.keep_alive:
-            self._idle.append(conn)
+            self._put(conn)
         else:
             conn.close()
         return answer
@@ -186,7 +244,7 @@ class Connections:
         *,
         until_headers: bool,
     ) -> tuple[Any, _Reading]:
-        lines = [f"{method} {self._prefix}{target} HTTP/1.1", f"Host: {self._host}"]
+        lines = [f"{method} {self._prefix}{target} HTTP/1.1", f"Host: {self._host}", *self._headers]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body or b'')}")
@@ -205,8 +263,11 @@ class Connections:
                 raise
 
     def close(self) -> None:
-        while self._idle:
-            self._idle.pop().close()
+        """Close the idle connections (streams close their own)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 def _exchange(conn: Any, message: bytes, timeout: float | None, until_headers: bool) -> _Reading:

@@ -3,12 +3,11 @@ rising latency slow it down; a pinned --kube-api-qps still limits. A fake clock,
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from collections.abc import Iterator
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
 
-from reconcile.runtime.kube import MAX_RETRIES, Kube
+from reconcile.runtime.kube import MAX_RETRIES, POD, ApiError, Kube
 from reconcile.runtime.ratelimit import (
     LATENCY_FLOOR_QPS,
     MIN_QPS,
@@ -17,6 +16,7 @@ from reconcile.runtime.ratelimit import (
     retry_after_seconds,
 )
 from tests.unit.fakes import Clock
+from tests.unit.loopback import ApiServer, client
 
 
 def limiter(ceiling: float | None = None, burst: int = 10) -> tuple[AdaptiveLimiter, Clock, list[float]]:
@@ -149,45 +149,44 @@ def test_retry_after_header(header, want):
 
 
 # -- through Kube: a throttled request is retried after Retry-After -------------------------------------
-def fake_client(answers: list[int], retry_after: str = "2") -> tuple[ApiClient, list[str]]:
-    api = ApiClient(Configuration())
-    calls: list[str] = []
-
-    def request(method: str, url: str, *a: object, **k: object) -> SimpleNamespace:
-        calls.append(method)
-        code = answers.pop(0) if answers else 201
-        headers = {"Retry-After": retry_after} if code == 429 else {}
-        return SimpleNamespace(status=code, headers=headers, read=lambda: b"{}")
-
-    api.rest_client.request = request
-    return api, calls
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    s = ApiServer()
+    yield s
+    s.close()
 
 
-def test_kube_retries_a_429_after_retry_after():
-    api, calls = fake_client([429, 429])
+def throttled(n: int, retry_after: str = "2") -> list[tuple[int, dict[str, str], bytes]]:
+    return [(429, {"Retry-After": retry_after}, b"{}")] * n
+
+
+def test_kube_retries_a_429_after_retry_after(server: ApiServer):
+    server.answers = throttled(2)
     seen: list[tuple[str, str, str]] = []
-    kube = Kube(api, on_request=lambda *r: seen.append(r))
+    kube = Kube(client(server.url), on_request=lambda *r: seen.append(r))
     slept: list[float] = []
     kube.limiter._sleep = slept.append
-    resp = api.rest_client.request("POST", "https://h/api/v1/namespaces/a/pods")
-    assert resp.status == 201 and calls == ["POST"] * 3
-    assert [code for _, _, code in seen] == ["429", "429", "201"]
+    out = kube.create(POD, "a", {"metadata": {"name": "p"}})
+    assert out["path"] == "/api/v1/namespaces/a/pods" and [s["method"] for s in server.seen] == ["POST"] * 3
+    assert [code for _, _, code in seen] == ["429", "429", "200"]
     assert len(slept) == 2 and all(s == pytest.approx(2.0, abs=0.1) for s in slept)
     assert kube.limiter.throttled == 2
 
 
-def test_kube_gives_up_after_max_retries():
-    api, calls = fake_client([429] * (MAX_RETRIES + 5), retry_after="0")
-    kube = Kube(api)
+def test_kube_gives_up_after_max_retries(server: ApiServer):
+    server.answers = throttled(MAX_RETRIES + 5, retry_after="0")
+    kube = Kube(client(server.url))
     kube.limiter._sleep = lambda s: None
-    resp = api.rest_client.request("PUT", "https://h/api/v1/namespaces/a/pods/p")
-    assert resp.status == 429 and len(calls) == MAX_RETRIES + 1
+    with pytest.raises(ApiError) as err:
+        kube.replace(POD, {"metadata": {"namespace": "a", "name": "p"}})
+    assert err.value.status == 429 and len(server.seen) == MAX_RETRIES + 1
 
 
-def test_kube_never_retries_a_watch():
-    api, calls = fake_client([429])
-    kube = Kube(api)
+def test_kube_never_retries_a_watch(server: ApiServer):
+    server.answers = throttled(1)
+    kube = Kube(client(server.url))
     kube.limiter._sleep = lambda s: None
-    resp = api.rest_client.request("GET", "https://h/api/v1/pods?watch=true")
-    assert resp.status == 429 and len(calls) == 1
+    with pytest.raises(ApiError) as err:
+        list(kube.stream_lines(POD.path(None), {"watch": True}, (1, 5)))
+    assert err.value.status == 429 and len(server.seen) == 1
     assert kube.limiter.reserve() > 0  # but the pause it asked for holds for every request

@@ -5,34 +5,25 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
+from collections.abc import Iterator
 
 import pytest
 
 from reconcile.runtime.fence import Fence, NotLeader
-from reconcile.runtime.kube import Kube
+from reconcile.runtime.kube import POD, Kube
 from reconcile.runtime.leader import LeaderElector
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from tests.unit.fakes import Clock, FakeKube
+from tests.unit.loopback import ApiServer, client
 from tests.utils import wait_for
 
 
-class FakeRest:
-    """Stands in for the ApiClient's REST layer: records what was sent, with the time."""
-
-    def __init__(self, log: list, delay: float = 0.0) -> None:
-        self.log = log
-        self.delay = delay
-
-    def request(self, method, url, *args, **kwargs):
-        time.sleep(self.delay)
-        self.log.append(("sent", method, url, time.monotonic()))
-        return SimpleNamespace(status=200)
-
-
-def fenced_kube(log: list, fence: Fence, delay: float = 0.0) -> Kube:
-    api = SimpleNamespace(rest_client=FakeRest(log, delay), user_agent="")
-    return Kube(api, qps=0, fence=fence)  # type: ignore[arg-type]
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    """A loopback API server that records each request as it arrives."""
+    s = ApiServer()
+    yield s
+    s.close()
 
 
 def test_fence_opens_until_the_granted_time_and_never_after_revoke():
@@ -71,22 +62,19 @@ def test_revoke_waits_for_the_write_in_flight():
     t.join(2)
 
 
-def test_kube_never_sends_a_write_the_fence_refuses():
-    sent: list = []
+def test_kube_never_sends_a_write_the_fence_refuses(server: ApiServer):
     counted: list = []
     fence = Fence()
-    api = SimpleNamespace(rest_client=FakeRest(sent), user_agent="")
-    kube = Kube(api, qps=0, fence=fence, on_request=lambda *a: counted.append(a))  # type: ignore[arg-type]
-    rest = kube.api_client.rest_client
-    rest.request("GET", "https://x/api/v1/namespaces/ns/pods")  # reads need no lease
+    kube = Kube(client(server.url), qps=0, fence=fence, on_request=lambda *a: counted.append(a))
+    kube.request("GET", "/api/v1/namespaces/ns/pods")  # reads need no lease
     for method in ("POST", "PUT", "PATCH", "DELETE"):
         with pytest.raises(NotLeader):
-            rest.request(method, "https://x/api/v1/namespaces/ns/pods/p")
-    assert [m for _, m, _, _ in sent] == ["GET"]
+            kube.request(method, "/api/v1/namespaces/ns/pods/p", body={})
+    assert [s["method"] for s in server.seen] == ["GET"]
     assert counted.count(("create", "Pod", "fenced")) == 1
     fence.grant(time.monotonic() + 60)
-    rest.request("POST", "https://x/api/v1/namespaces/ns/pods")
-    assert [m for _, m, _, _ in sent] == ["GET", "POST"]
+    kube.request("POST", "/api/v1/namespaces/ns/pods", body={})
+    assert [s["method"] for s in server.seen] == ["GET", "POST"]
 
 
 def test_queue_shutdown_with_drop_hands_out_nothing_more():
@@ -105,14 +93,14 @@ def test_queue_shutdown_with_drop_hands_out_nothing_more():
     assert len(q) == 0
 
 
-def test_sigterm_with_a_backlog_no_write_after_the_release():
+def test_sigterm_with_a_backlog_no_write_after_the_release(server: ApiServer):
     """20 keys queued, two workers each writing 5 times per key (50 ms a write): on stop the elector
     drains for a bound shorter than the renew deadline while renewing, closes the fence, then releases.
     Nothing is sent after the release; the hand-over takes about the drain bound, not the backlog."""
     lease_kube = FakeKube()
-    events: list = []
     fence = Fence()
-    kube = fenced_kube(events, fence, delay=0.05)
+    server.delay = 0.05
+    kube = Kube(client(server.url), qps=0, fence=fence)
     queue = WorkQueue()
     for i in range(20):
         queue.add(f"ns/job{i}")
@@ -126,9 +114,7 @@ def test_sigterm_with_a_backlog_no_write_after_the_release():
                 return
             try:
                 for n in range(5):
-                    kube.api_client.rest_client.request(
-                        "POST", f"https://x/api/v1/namespaces/ns/pods?{key}-{n}"
-                    )
+                    kube.create(POD, "ns", {"metadata": {"name": f"{key}-{n}"}})
             except NotLeader:
                 refused.append(key)
             finally:
@@ -156,7 +142,7 @@ def test_sigterm_with_a_backlog_no_write_after_the_release():
     stop = threading.Event()
     t = threading.Thread(target=le.run, args=(stop, stop_workers))
     t.start()
-    wait_for(lambda: any(e[0] == "sent" for e in events), "a write sent", 30, 0.01)
+    wait_for(lambda: server.seen, "a write sent", 30, 0.01)
     time.sleep(0.3)
     sigterm = time.monotonic()
     stop.set()
@@ -166,11 +152,11 @@ def test_sigterm_with_a_backlog_no_write_after_the_release():
     assert spec["holderIdentity"] == ""
     released = le.stepped_down_at
     assert released is not None
-    after = [e for e in events if e[3] > released]
+    after = [s for s in server.seen if s["at"] > released]
     assert after == [], f"{len(after)} writes after the release"
     # bounded by the drain, far below the backlog's 20 x 5 x 50 ms / 2 = 2.5 s
     assert released - sigterm < 1.0
-    sent = sum(1 for e in events if e[0] == "sent")
+    sent = len(server.seen)
     assert sent < 100, "the backlog was drained instead of dropped"
 
 

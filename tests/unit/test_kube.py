@@ -4,33 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.runtime.kube import JOB, LEASE, POD, classify
+from reconcile.runtime.kube import JOB, LEASE, POD, classify_path
 
 
 @pytest.mark.parametrize(
-    ("method", "url", "expected"),
+    ("method", "path", "watch", "expected"),
     [
-        ("GET", "https://h/api/v1/namespaces/ns/pods?labelSelector=a", ("list", "Pod")),
-        ("GET", "https://h/api/v1/pods?watch=true&resourceVersion=5", ("watch", "Pod")),
-        ("GET", "https://h/api/v1/namespaces/ns/pods/p", ("get", "Pod")),
-        ("PATCH", "https://h/apis/batch/v1/namespaces/ns/jobs/j?fieldManager=x", ("patch", "Job")),
+        ("GET", "/api/v1/namespaces/ns/pods", False, ("list", "Pod")),
+        ("GET", "/api/v1/pods", True, ("watch", "Pod")),
+        ("GET", "/api/v1/namespaces/ns/pods/p", False, ("get", "Pod")),
+        ("PATCH", "/apis/batch/v1/namespaces/ns/jobs/j", False, ("patch", "Job")),
         (
             "PUT",
-            "https://h/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/m/status",
+            "/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/m/status",
+            False,
             ("update", "MPIJob/status"),
         ),
-        ("POST", "https://h/api/v1/namespaces/ns/events", ("create", "Event")),
-        ("DELETE", "https://h/api/v1/namespaces/ns/pods/p", ("delete", "Pod")),
-        (
-            "PUT",
-            "https://h/apis/coordination.k8s.io/v1/namespaces/mpi-operator/leases/l",
-            ("update", "Lease"),
-        ),
-        ("GET", "https://h/api/v1/namespaces/ns", ("get", "namespaces")),
+        ("POST", "/api/v1/namespaces/ns/events", False, ("create", "Event")),
+        ("DELETE", "/api/v1/namespaces/ns/pods/p", False, ("delete", "Pod")),
+        ("DELETE", "/api/v1/namespaces/ns/pods", False, ("deletecollection", "Pod")),
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/mpi-operator/leases/l", False, ("update", "Lease")),
+        ("GET", "/api/v1/namespaces/ns", False, ("get", "namespaces")),
     ],
 )
-def test_classify_request(method, url, expected):
-    assert classify(method, url) == expected
+def test_classify_request(method, path, watch, expected):
+    assert classify_path(method, path, watch) == expected
 
 
 def test_resource_paths():
@@ -45,19 +43,19 @@ def test_a_watch_stream_yields_whole_lines_however_the_chunks_fall():
     class Raw:
         status = 200
 
-        def __init__(self, chunks):
-            self.chunks = chunks
+        def __init__(self, pieces):
+            self.pieces = pieces
             self.released = False
 
-        def stream(self, amt=None, decode_content=True):
-            yield from self.chunks
+        def chunks(self):
+            yield from self.pieces
 
         def release_conn(self):
             self.released = True
 
     raw = Raw([b'{"a":1}\n{"b"', b":2}\n\n", b'{"c":3}\n{"d":4}\n{"e"', b":5}"])
     kube = Kube.__new__(Kube)
-    kube._call = lambda *args, **kwargs: raw  # type: ignore[method-assign]
+    kube._open_stream = lambda *args, **kwargs: raw  # type: ignore[method-assign]
     lines = list(kube.stream_lines("/api/v1/pods", {}, (1, 1)))
     assert lines == [b'{"a":1}', b'{"b":2}', b'{"c":3}', b'{"d":4}', b'{"e":5}']
     assert raw.released

@@ -1,120 +1,89 @@
-"""L0: ``Kube``'s own requests go straight to the ApiClient's connection pool (a loopback HTTP server here),
-through the same limiter, fence, metric and 429 retry as everything sent through the REST layer."""
+"""L0: every request of ``Kube`` goes through the wire layer to a loopback API server, set up from what
+``kubernetes.config`` loads (TLS, client certificate, token and its refresh, proxy), through the limiter,
+the fence, the request metric and the 429 retry."""
 
 from __future__ import annotations
 
-import http.server
+import datetime
 import json
-import threading
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from reconcile.runtime.fence import Fence, NotLeader
-from reconcile.runtime.kube import POD, ApiError, Kube
-
-
-class Server:
-    """Answers each request with the next (code, headers, body) queued, else 200 and the request echoed."""
-
-    def __init__(self) -> None:
-        self.seen: list[dict] = []
-        self.answers: list[tuple[int, dict[str, str], bytes]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                outer.seen.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": body,
-                    }
-                )
-                if outer.answers:
-                    code, headers, data = outer.answers.pop(0)
-                else:
-                    code, headers = 200, {}
-                    sent = json.loads(body) if body else None
-                    data = json.dumps({"path": self.path, "sent": sent}).encode()
-                self.send_response(code)
-                for k, v in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from reconcile.runtime.kube import POD, ApiError, Kube, api_client
+from tests.unit.loopback import ApiServer, ConnectProxy, Pki, client
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    s = Server()
+def server() -> Iterator[ApiServer]:
+    s = ApiServer()
     yield s
     s.close()
 
 
-def client(url: str) -> tuple[ApiClient, list[str]]:
-    cfg = Configuration()
-    cfg.host = url
-    cfg.api_key = {"BearerToken": "Bearer t0k3n"}
-    api = ApiClient(cfg)
-    through_rest: list[str] = []
-    inner = api.rest_client.request
-
-    def spy(method: str, url: str, *a: object, **k: object) -> object:
-        through_rest.append(url)
-        return inner(method, url, *a, **k)
-
-    api.rest_client.request = spy
-    return api, through_rest
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path)
 
 
-def test_requests_go_to_the_pool_with_auth_query_and_body(server: Server) -> None:
-    api, through_rest = client(server.url)
+@pytest.fixture
+def tls_server(pki: Pki) -> Iterator[ApiServer]:
+    s = ApiServer(tls=pki.server_context())
+    yield s
+    s.close()
+
+
+def never_through_rest(api: ApiClient) -> ApiClient:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a request went through the ApiClient's REST layer")
+
+    api.rest_client.request = refuse
+    return api
+
+
+def test_requests_go_to_the_server_with_auth_query_and_body(server: ApiServer) -> None:
+    api = never_through_rest(client(server.url))
     seen: list[tuple[str, str, str]] = []
     kube = Kube(api, on_request=lambda *r: seen.append(r), user_agent="ua/1")
     out = kube.create(POD, "ns", {"metadata": {"name": "p", "labels": {"a": "é"}}})
     assert out["sent"] == {"metadata": {"name": "p", "labels": {"a": "é"}}}
     kube.list(POD, "ns", labelSelector="a in (b,c)", watch=False)
-    assert through_rest == []  # the REST layer was skipped
     first, second = server.seen
     assert first["method"] == "POST" and first["path"] == "/api/v1/namespaces/ns/pods"
     assert first["headers"]["authorization"] == "Bearer t0k3n"
     assert first["headers"]["content-type"] == "application/json"
     assert first["headers"]["user-agent"] == "ua/1"
     assert second["path"] == "/api/v1/namespaces/ns/pods?labelSelector=a%20in%20%28b%2Cc%29&watch=false"
+    assert "content-type" not in second["headers"]
     assert seen == [("create", "Pod", "200"), ("list", "Pod", "200")]
 
 
-def test_a_host_with_a_path_prefix_keeps_it(server: Server) -> None:
-    api, _ = client(server.url + "/k8s/")
-    Kube(api).get(POD, "ns", "p")
+def test_a_host_with_a_path_prefix_keeps_it(server: ApiServer) -> None:
+    Kube(client(server.url + "/k8s/")).get(POD, "ns", "p")
     assert server.seen[0]["path"] == "/k8s/api/v1/namespaces/ns/pods/p"
 
 
-def test_a_429_is_sent_again_after_retry_after_and_an_error_keeps_its_status(server: Server) -> None:
-    api, _ = client(server.url)
+def test_a_server_url_without_a_scheme_is_plain_http(server: ApiServer) -> None:
+    Kube(client(f"127.0.0.1:{server.port}")).get(POD, "ns", "p")
+    assert server.seen[0]["path"] == "/api/v1/namespaces/ns/pods/p"
+
+
+def test_a_server_url_that_is_not_http_is_refused_at_start(pki: Pki) -> None:
+    with pytest.raises(ValueError, match="not http"):
+        Kube(client("unix:///run/apiserver.sock"))
+    with pytest.raises(ValueError, match="not http"):
+        api_client(str(pki.kubeconfig("https://127.0.0.1:6443")), "unix:///run/apiserver.sock")
+
+
+def test_a_429_is_sent_again_after_retry_after_and_an_error_keeps_its_status(server: ApiServer) -> None:
     seen: list[tuple[str, str, str]] = []
-    kube = Kube(api, on_request=lambda *r: seen.append(r))
+    kube = Kube(client(server.url), on_request=lambda *r: seen.append(r))
     slept: list[float] = []
     kube.limiter._sleep = slept.append
     server.answers = [(429, {"Retry-After": "1"}, b"{}")]
@@ -126,32 +95,130 @@ def test_a_429_is_sent_again_after_retry_after_and_an_error_keeps_its_status(ser
     with pytest.raises(ApiError) as err:
         kube.create(POD, "ns", {"metadata": {"name": "p"}})
     assert err.value.status == 409 and err.value.message == "taken"
-    kube.get(POD, "ns", "p")  # the connection went back to the pool in a usable state
+    assert err.value.reason == "Conflict" and err.value.details["kind"] == "Status"
+    kube.get(POD, "ns", "p")  # the connection went back to the stack in a usable state
     assert len(server.seen) == 4
 
 
-def test_a_write_the_fence_refuses_is_never_sent(server: Server) -> None:
-    api, _ = client(server.url)
+def test_a_write_the_fence_refuses_is_never_sent(server: ApiServer) -> None:
     seen: list[tuple[str, str, str]] = []
     fence = Fence()
-    kube = Kube(api, fence=fence, on_request=lambda *r: seen.append(r))
+    kube = Kube(client(server.url), fence=fence, on_request=lambda *r: seen.append(r))
     kube.get(POD, "ns", "p")  # reads need no lease
-    with pytest.raises(NotLeader):
-        kube.patch(POD, "ns", "p", {"metadata": {"labels": {"a": "b"}}})
+    for write in (
+        lambda: kube.create(POD, "ns", {"metadata": {"name": "p"}}),
+        lambda: kube.replace(POD, {"metadata": {"namespace": "ns", "name": "p"}}),
+        lambda: kube.patch(POD, "ns", "p", {"metadata": {"labels": {"a": "b"}}}),
+        lambda: kube.delete(POD, "ns", "p"),
+    ):
+        with pytest.raises(NotLeader):
+            write()
     assert [s["method"] for s in server.seen] == ["GET"]
-    assert seen[-1] == ("patch", "Pod", "fenced")
+    assert [code for _, _, code in seen] == ["200", "fenced", "fenced", "fenced", "fenced"]
+    assert seen[3] == ("patch", "Pod", "fenced")
     fence.grant(time.monotonic() + 60)
     kube.patch(POD, "ns", "p", {"metadata": {"labels": {"a": "b"}}})
     assert server.seen[-1]["headers"]["content-type"] == "application/merge-patch+json"
 
 
-def test_a_watch_streams_lines_from_the_pool(server: Server) -> None:
-    api, _ = client(server.url)
+def test_a_watch_streams_lines(server: ApiServer) -> None:
     events = b'{"type":"ADDED"}\n{"type":"MODIFIED"}\n'
     server.answers = [(200, {}, events)]
     seen: list[tuple[str, str, str]] = []
-    kube = Kube(api, on_request=lambda *r: seen.append(r))
+    kube = Kube(client(server.url), on_request=lambda *r: seen.append(r))
     lines = list(kube.stream_lines(POD.path(None), {"watch": True, "resourceVersion": "5"}, (1, 5)))
     assert lines == [b'{"type":"ADDED"}', b'{"type":"MODIFIED"}']
     assert server.seen[0]["path"] == "/api/v1/pods?watch=true&resourceVersion=5"
+    assert server.seen[0]["headers"]["authorization"] == "Bearer t0k3n"
     assert seen == [("watch", "Pod", "200")]
+
+
+def test_a_watch_the_server_refuses_raises_its_status(server: ApiServer) -> None:
+    server.answers = [(410, {}, json.dumps({"kind": "Status", "message": "too old"}).encode())]
+    kube = Kube(client(server.url))
+    with pytest.raises(ApiError) as err:
+        list(kube.stream_lines(POD.path(None), {"watch": True}, (1, 5)))
+    assert err.value.status == 410 and err.value.message == "too old"
+
+
+# -- set up from what kubernetes.config loads ----------------------------------------------------------
+def test_a_kubeconfig_s_ca_and_client_certificate(pki: Pki, tls_server: ApiServer) -> None:
+    kube = Kube(api_client(str(pki.kubeconfig(tls_server.url)), ""))
+    kube.get(POD, "ns", "p")
+    kube.get(POD, "ns", "q")
+    assert [s["client"] for s in tls_server.seen] == [{"commonName": "operator"}] * 2
+
+
+def test_a_server_certificate_no_ca_vouches_for_is_refused(pki: Pki, tls_server: ApiServer) -> None:
+    kube = Kube(api_client(str(pki.kubeconfig(tls_server.url, ca=False)), ""))
+    with pytest.raises(ssl.SSLError):
+        kube.get(POD, "ns", "p")
+    assert tls_server.seen == []
+
+
+def test_insecure_skip_tls_verify_skips_the_check(pki: Pki, tls_server: ApiServer) -> None:
+    path = pki.kubeconfig(tls_server.url, ca=False, **{"insecure-skip-tls-verify": True})
+    Kube(api_client(str(path), "")).get(POD, "ns", "p")
+    assert tls_server.seen[0]["client"] == {"commonName": "operator"}
+
+
+def test_a_token_is_asked_for_on_every_request_so_its_refresh_hook_renews_it(server: ApiServer) -> None:
+    api = client(server.url)
+    issued = iter(range(1, 10))
+    api.configuration.refresh_api_key_hook = lambda cfg: cfg.api_key.update(BearerToken=f"t{next(issued)}")
+    api.configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    kube = Kube(api)
+    kube.get(POD, "ns", "p")
+    list(kube.stream_lines(POD.path(None), {"watch": True}, (1, 5)))
+    assert [s["headers"]["authorization"] for s in server.seen] == ["Bearer t1", "Bearer t2"]
+
+
+def test_in_cluster_the_service_account_token_is_read_again(tmp_path: Path, pki: Pki) -> None:
+    server = ApiServer(tls=pki.server_context(require_client_cert=False))
+    try:
+        token = tmp_path / "token"
+        token.write_text("one")
+        loader = InClusterConfigLoader(
+            token_filename=str(token),
+            cert_filename=str(pki.ca_file),
+            environ={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(server.port)},
+        )
+        loader._token_refresh_period = datetime.timedelta(0)  # a rotated token is read at once
+        cfg = Configuration()
+        loader.load_and_set(cfg)
+        kube = Kube(ApiClient(cfg))
+        kube.get(POD, "ns", "p")
+        token.write_text("two")
+        kube.get(POD, "ns", "p")
+        assert [s["headers"]["authorization"] for s in server.seen] == ["bearer one", "bearer two"]
+    finally:
+        server.close()
+
+
+# -- proxies ---------------------------------------------------------------------------------------------
+def test_an_https_server_behind_a_proxy_is_reached_through_a_tunnel(pki: Pki, tls_server: ApiServer) -> None:
+    proxy = ConnectProxy()
+    try:
+        kube = Kube(api_client(str(pki.kubeconfig(tls_server.url, **{"proxy-url": proxy.url})), ""))
+        kube.get(POD, "ns", "p")
+        kube.create(POD, "ns", {"metadata": {"name": "p"}})
+        assert [s["method"] for s in tls_server.seen] == ["GET", "POST"]
+        assert tls_server.seen[0]["client"] == {"commonName": "operator"}  # TLS end to end
+        assert len(proxy.connects) == 1  # one tunnel, kept alive for both requests
+        assert proxy.connects[0].startswith(f"CONNECT 127.0.0.1:{tls_server.port} ".encode())
+    finally:
+        proxy.close()
+
+
+def test_a_plain_http_server_behind_a_proxy_gets_each_request_forwarded(server: ApiServer) -> None:
+    cfg = Configuration()
+    cfg.host = "http://apiserver.invalid:8080/k8s"
+    cfg.proxy = server.url  # the loopback server plays the proxy and records what it is asked to forward
+    cfg.proxy_headers = {"Proxy-Authorization": "Basic cDpx"}
+    cfg.api_key = {"BearerToken": "Bearer t0k3n"}
+    Kube(ApiClient(cfg)).get(POD, "ns", "p")
+    (seen,) = server.seen
+    assert seen["path"] == "http://apiserver.invalid:8080/k8s/api/v1/namespaces/ns/pods/p"
+    assert seen["headers"]["host"] == "apiserver.invalid:8080"
+    assert seen["headers"]["proxy-authorization"] == "Basic cDpx"
+    assert seen["headers"]["authorization"] == "Bearer t0k3n"

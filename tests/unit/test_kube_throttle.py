@@ -1,32 +1,44 @@
-"""The client-side rate limit: API discovery does not spend the tokens the first job's writes need."""
+"""The client-side rate limit: every request ``Kube`` sends (reads, writes, watches, discovery paths) waits
+on its one limiter, which a pinned ``--kube-api-qps``/``--kube-api-burst`` holds to its bucket."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from collections.abc import Iterator
 
-from kubernetes.client import ApiClient, Configuration
+import pytest
 
-from reconcile.runtime.kube import Kube, classify
+from reconcile.runtime.kube import POD, Kube, classify_path
+from tests.unit.loopback import ApiServer, client
 
 
-def test_discovery_paths_are_classified_as_discovery():
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    s = ApiServer()
+    yield s
+    s.close()
+
+
+def test_discovery_paths_are_labelled_discovery():
     for path in ("/api", "/apis", "/api/v1", "/apis/batch/v1", "/version"):
-        assert classify("GET", f"https://h{path}")[1] == "discovery", path
-    assert classify("GET", "https://h/api/v1/namespaces/a/pods") == ("list", "Pod")
+        assert classify_path("GET", path)[1] == "discovery", path
+    assert classify_path("GET", "/api/v1/namespaces/a/pods") == ("list", "Pod")
 
 
-def test_discovery_waits_on_its_own_bucket():
-    slept: list[float] = []
-    api = ApiClient(Configuration())
-    calls: list[str] = []
-    api.rest_client.request = lambda method, url, *a, **k: calls.append(url) or SimpleNamespace(status=200)
+def test_a_pinned_limit_holds_every_request_to_one_bucket(server: ApiServer):
     seen: list[tuple[str, str, str]] = []
-    kube = Kube(api, qps=0.01, burst=3, on_request=lambda *r: seen.append(r))  # no refill during the test
-    kube.limiter._sleep = kube._discovery_limiter._sleep = slept.append
-    for path in ("/version", "/api", "/apis", *(f"/apis/g{i}.example/v1" for i in range(30))):
-        api.rest_client.request("GET", f"https://h{path}")
-    assert len(calls) == 33 and {kind for _, kind, _ in seen} == {"discovery"}
-    assert slept == []  # a start's discovery fits its own burst
-    # The main bucket still holds its whole burst for the first job's writes.
-    assert [kube.limiter.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert kube.limiter.reserve() > 0
+    kube = Kube(client(server.url), qps=0.01, burst=3, on_request=lambda *r: seen.append(r))  # no refill
+    slept: list[float] = []
+    kube.limiter._sleep = slept.append
+    kube.request("GET", "/apis/scheduling.k8s.io")
+    kube.list(POD, "a")
+    kube.create(POD, "a", {"metadata": {"name": "p"}})
+    assert slept == []  # the burst
+    server.answers = [(200, {}, b'{"type":"ADDED"}\n')]
+    assert list(kube.stream_lines(POD.path(None), {"watch": True}, (1, 5))) == [b'{"type":"ADDED"}']
+    assert len(slept) == 1 and slept[0] == pytest.approx(100, rel=0.01)  # a token at 0.01 per second
+    assert [(verb, kind) for verb, kind, _ in seen] == [
+        ("list", "discovery"),
+        ("list", "Pod"),
+        ("create", "Pod"),
+        ("watch", "Pod"),
+    ]

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import attrs
 from urllib3.exceptions import HTTPError
 
 import render
@@ -21,7 +20,7 @@ from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
 from reconcile.mpijob import observe as obs
 from reconcile.mpijob import report
 from reconcile.mpijob.cacheform import transform_for
-from reconcile.mpijob.decide import Action, Decision, StatusDecision, decide, remember, settle
+from reconcile.mpijob.decide import Action, Decision, StatusDecision, decide, finish
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import (
@@ -186,7 +185,7 @@ class Controller:
     def reconcile(self, key: str, failures: int) -> Result:
         seen = self.mpijobs.store.get(key)
         try:
-            self.sync(key)
+            return self.sync(key)
         finally:
             if seen is None:
                 self._memory.pop(key, None)
@@ -197,7 +196,6 @@ class Controller:
                 if mem is None or (mem.status_held_since is None and mem.hostfile_held_since is None):
                     # a sync that held a write back has not finished with this version yet
                     self._synced[key] = str(seen["metadata"].get("resourceVersion", ""))
-        return Result()
 
     def failed(self, key: str, err: Exception, failures: int) -> None:
         self.metrics.sync_errors.labels(reason=report.error_reason(err)).inc()
@@ -229,74 +227,64 @@ class Controller:
         return self._synced.get(key)
 
     # -- the sync: observe -> decide -> execute -> remember -------------------------------------------
-    def sync(self, key: str) -> None:
+    def sync(self, key: str) -> Result:
         obj = self.mpijobs.store.get(key)
         if obj is None:
             self.metrics.remove_job_info(key)
             self._memory.pop(key, None)
-            return
+            return Result()
         now = self._now()
         memory = self._memory.get(key, JobMemory()).for_job(str((obj.get("metadata") or {}).get("uid", "")))
         children, memory = self.observe(obj, memory)
         decision = decide(obj, children, memory, now, self.config, field_manager=self.field_manager)
         self._memory[key] = decision.memory
         if decision.action is Action.IGNORE:
-            return
+            return Result()
         if decision.action is Action.DELETE_JOB:
             self._delete_expired(key, obj)
-            return
+            return Result()
         assert decision.status is not None
         if decision.action is Action.INVALID:
             self._finish_status(obj, decision.status, [])
-            return
-        self._execute(key, obj, now, decision, memory.status_held_since)
+            return Result()
+        return self._execute(key, obj, now, decision, children)
 
     def observe(self, obj: dict[str, Any], memory: JobMemory) -> tuple[list[dict[str, Any]], JobMemory]:
         return obs.observe(obj, memory, self.reader, self.config)
 
     def _execute(
-        self, key: str, obj: dict[str, Any], now: datetime, decision: Decision, held_since: datetime | None
-    ) -> None:
+        self, key: str, obj: dict[str, Any], now: datetime, decision: Decision, children: list
+    ) -> Result:
         the_plan = decision.plan
         if decision.clear_start_time is not None:
             self._clear_launcher_start_time(decision.clear_start_time)
-        if the_plan:
-            log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
+        answers: list[dict[str, Any]] = []
         result = ExecResult()
         if the_plan:
+            log.info("plan", extra={"key": key, "plan": [str(e) for e in the_plan.entries]})
             result = execute(
                 the_plan,
                 self.writer,
                 self.field_manager,
                 owner_description="MPIJob",
                 create_rules=CREATE_RULES,
-                on_done=self._read_back,
+                on_done=lambda outcome: self._read_back(outcome, answers),
             )
         self._tell(obj, decision, result)
-        memory = remember(decision.memory, the_plan, result, now)
-        self._memory[key] = memory
-        status = decision.status
-        assert status is not None
-        children: list[dict[str, Any]] = []
-        if the_plan.writes or memory.create_failure != decision.memory.create_failure:
-            # The caches now hold what we wrote (and the memory what the server refused): the status comes
-            # from the world after the writes, in this sync's one status write.
-            children, memory = self.observe(obj, memory)
-            # The hold is judged once per sync, on this status: as it stood before decide judged its own.
-            memory = attrs.evolve(memory, status_held_since=held_since)
-            status, memory = settle(obj, children, memory, now, self.config, before=status.new)
-            self._memory[key] = memory
+        status, self._memory[key] = finish(obj, decision, children, result, answers, now, self.config)
         self._finish_status(obj, status, children)
         self._job_info(key, obj)
         wakes = [
             w for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake) if w is not None
         ]
-        if wakes:
-            self.queue.add_after(key, min(wakes))
+        error = None
         if the_plan.conflicts:
-            raise SyncError(f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}")
-        if not result.ok:
-            raise SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
+            error = SyncError(
+                f"{key}: wanted names held by others: {[str(c.key) for c in the_plan.conflicts]}"
+            )
+        elif not result.ok:
+            error = SyncError(f"{key}: {len(result.failures)} failed writes, retry={result.retry}")
+        return Result(min(wakes) if wakes else None, error)
 
     def _job_info(self, key: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -374,12 +362,13 @@ class Controller:
         updated = self._write(target, "merge-patch", {"status": {"startTime": None}}, subresource="status")
         self.children[JOB].observe(updated)
 
-    def _read_back(self, outcome: Outcome) -> None:
-        """A write's answer into the caches at once (the next sync must not plan it again), not held in
-        the result until the end of a sync of thousands of objects."""
+    def _read_back(self, outcome: Outcome, answers: list[dict[str, Any]]) -> None:
+        """A write's answer into the caches at once (the next sync must not plan it again), and into this
+        sync's ``answers`` (the world ``finish`` judges the status on)."""
         if outcome.object is None or outcome.result == "deleted":
             return
         written = dict(outcome.object)
+        answers.append(written)
         try:
             inf = self.children.get(resource_for(written))
         except KeyError:

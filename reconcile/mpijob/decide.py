@@ -86,12 +86,13 @@ class Decision:
     hostfile_wake: float | None = None
     # Creates of children someone else keeps deleting, held back: the sync after this wait sends them.
     recreate_wake: float | None = None
-    # The status as the world stands before the plan; after writes the controller settles it again.
+    # The status as the world stands before the plan, and the verdict on it; ``finish`` applies the
+    # verdict to the status the world shows after the plan's writes.
     status: StatusDecision | None = None
 
     def actions(self) -> list[str]:
         """The decision as a list of lines, in the order the controller carries them out (tests and logs;
-        after writes the controller settles the status again on the world they made)."""
+        the status written after writes is the one they leave, by ``finish``)."""
         out: list[str] = []
         if self.action is Action.DELETE_JOB:
             out.append("delete MPIJob (ttlSecondsAfterFinished expired)")
@@ -205,27 +206,51 @@ def decide(
     )
 
 
-def settle(
+def finish(
     mpijob: Mapping[str, Any],
+    decision: Decision,
     children: Sequence[Mapping[str, Any]],
-    memory: JobMemory,
+    result: ExecResult,
+    answers: Sequence[Mapping[str, Any]],
     now: datetime,
     config: render.Config,
-    before: Mapping[str, Any] | None = None,
 ) -> tuple[StatusDecision, JobMemory]:
-    """The status from the world after this sync's writes (the caches hold them), and whether to write it.
-    ``before``: the status the world showed before the writes (``Decision.status.new``); the settled status
-    builds on it, so what only the world before showed still shows: a failed worker this sync replaced
-    leaves Restarting=True (Running no longer True, which Kueue reads as PodsReady=False) until the
-    replacement runs."""
+    """The status this sync ends with, after the plan's writes: decide's verdict (write, hold, or
+    nothing) on the status as the world stands once the write results are in. ``children``: what decide
+    saw; ``answers``, the objects the server returned for the writes, replace or join them. The verdict
+    is decide's alone: a change the writes make that decide had not seen (children just created) is the
+    next sync's to judge.
+
+    The status builds on the one decide computed, so what only the world before the writes showed still
+    shows: a failed worker this sync replaced leaves Restarting=True (Running no longer True, which Kueue
+    reads as PodsReady=False) until the replacement runs."""
+    memory = remember(decision.memory, decision.plan, result, now)
+    status = decision.status
+    assert status is not None
+    if not decision.plan.writes and memory.create_failure == decision.memory.create_failure:
+        return status, memory
     job, memory = memory.job(mpijob)
-    base = job
-    if before is not None:  # the same job with the status it showed: no second parse
-        base = attrs.evolve(job, status=dict(before), raw={**job.raw, "status": dict(before)})
-    observed = _observed(children, memory, now)
+    base = attrs.evolve(job, status=dict(status.new), raw={**job.raw, "status": dict(status.new)})
+    observed = _observed(_after(children, answers), memory, now)
     new = render.status(base, observed, config)
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
-    return settle_status(job, mpijob, new, memory, now, observed, config)
+    write = status.write and status_changed(status.old, new)
+    wakes = [w for w in (status.wake_after, _wakeup(job, new, now, observed, config)) if w is not None]
+    return StatusDecision(status.old, new, write, status.held, min(wakes) if wakes else None), memory
+
+
+def _after(
+    children: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The world once the write answers are in: each answer replaces the object it names, or joins."""
+    by_identity = {_identity(o): o for o in answers}
+    out: list[Mapping[str, Any]] = [by_identity.pop(_identity(o), o) for o in children]
+    return out + list(by_identity.values())
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def settle_status(

@@ -31,12 +31,15 @@ KeyMapper = Callable[[dict[str, Any] | None, dict[str, Any] | None], Iterable[st
 @attrs.frozen
 class Result:
     requeue_after: float | None = None  # seconds until the key must be reconciled again by time alone
+    # a reconcile that did its part but must be tried again with back-off, and why
+    error: Exception | None = None
 
 
 class Reconciler(Protocol):
     def reconcile(self, key: str, failures: int) -> Result:
         """Bring ``key`` to its wanted state; ``failures``: reconciles of it failed in a row before this
-        one. Raising requeues the key with back-off (``NotLeader`` quietly)."""
+        one. Raising, or a result with an error, requeues the key with back-off (``NotLeader``
+        quietly)."""
 
     def failed(self, key: str, err: Exception, failures: int) -> None:
         """Tell the object's owner that a reconcile failed (``failures`` in a row, this one included)."""
@@ -90,10 +93,6 @@ class Loop:
 
     def failures(self, key: str) -> int:
         return self._failures.get(key, 0)
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped.is_set()
 
     def has_synced(self) -> bool:
         return self._started.is_set() and all(inf.has_synced() for inf in self.informers)
@@ -151,31 +150,34 @@ class Loop:
             # The fence refused a write: leadership lapsed (the API server is unreachable) or ended.
             outcome = "fenced"
             log.info("sync stopped: not leading", extra={"key": key, "error": str(err)})
-            self._retry(key)
+            self.queue.add_rate_limited(key)  # a stopped loop's queue takes no key
         except Exception as err:
             outcome = "error"
-            if isinstance(err, self._expected):
-                log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
-            else:
-                log.exception("sync failed, requeued", extra={"key": key})
-            self._failures[key] = failures + 1
-            self.reconciler.failed(key, err, failures + 1)
-            self._retry(key)
+            self._failed(key, err, failures)
         else:
-            self.queue.forget(key)
-            self._failures.pop(key, None)
-            if failures:
-                self.reconciler.recovered(key, failures)
             if result.requeue_after is not None:
                 self.queue.add_after(key, result.requeue_after)
+            if result.error is not None:
+                outcome = "error"
+                self._failed(key, result.error, failures)
+            else:
+                self.queue.forget(key)
+                self._failures.pop(key, None)
+                if failures:
+                    self.reconciler.recovered(key, failures)
         finally:
             if self._on_result is not None:
                 self._on_result(outcome, time.monotonic() - start)
 
+    def _failed(self, key: str, err: Exception, failures: int) -> None:
+        if isinstance(err, self._expected):
+            log.warning("sync failed, requeued", extra={"key": key, "error": str(err)})
+        else:
+            log.exception("sync failed, requeued", extra={"key": key}, exc_info=err)
+        self._failures[key] = failures + 1
+        self.reconciler.failed(key, err, failures + 1)
+        self.queue.add_rate_limited(key)
+
     def forget(self, key: str) -> None:
         """The key's object is gone: nothing of it is kept."""
         self._failures.pop(key, None)
-
-    def _retry(self, key: str) -> None:
-        if not self._stopped.is_set():
-            self.queue.add_rate_limited(key)

@@ -18,6 +18,7 @@ from reconcile.mpijob.observe import children_of, wanted
 from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, ApiError
+from reconcile.runtime.loop import Result
 from tests import utils
 from tests.unit.fakes import FakeKube, NoKube, RecordingWriter
 
@@ -252,7 +253,7 @@ def test_managed_externally_and_deleted_jobs_are_left_alone():
 def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
     c = controller()
     c.mpijobs.store.upsert(obj("MPIJob", "pi", api_version="kubeflow.org/v2beta1"))
-    monkeypatch.setattr(c, "sync", lambda key: None)
+    monkeypatch.setattr(c, "sync", lambda key: Result())
     assert c.synced_version("ns/pi") is None
     c.process("ns/pi")
     assert c.synced_version("ns/pi") == "1"

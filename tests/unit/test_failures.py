@@ -18,6 +18,7 @@ from reconcile.mpijob.decide import MAX_WAKEUP_SECONDS
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import CREATE_RULES, FIELD_MANAGER
 from reconcile.runtime.events import EventRecorder
+from reconcile.runtime.loop import Result
 from render import Config, Observed
 from render.observed import CreateFailure
 from tests.unit.fakes import FakeKube, RecordingWriter
@@ -248,10 +249,11 @@ def test_a_sync_that_keeps_failing_is_counted_and_shown_on_the_job_and_others_ar
     _put(c, writer, "good")
     served = []
 
-    def sync(key: str) -> None:
+    def sync(key: str) -> Result:
         if key == "ns/bad":
             raise OverflowError("date value out of range")
         served.append(key)
+        return Result()
 
     c.sync = sync  # type: ignore[method-assign]
     for _ in range(3):
@@ -269,7 +271,7 @@ def test_a_sync_that_keeps_failing_is_counted_and_shown_on_the_job_and_others_ar
     assert cond["status"] == "True" and cond["reason"] == "OverflowError"
     assert "date value out of range" in cond["message"]
 
-    c.sync = lambda key: None  # type: ignore[method-assign]
+    c.sync = lambda key: Result()  # type: ignore[method-assign]
     c.process("ns/bad")
     status = _status_of(writer, "bad")
     (cond,) = [x for x in status["conditions"] if x["type"] == "SyncFailed"]
@@ -282,7 +284,7 @@ def test_a_failed_status_write_still_counts_and_tells():
     c = _controller(kube, writer)
     _put(c, writer, "bad")
 
-    def sync(key: str) -> None:
+    def sync(key: str) -> Result:
         raise WriteFailed(422, "status invalid", reason="Invalid")
 
     c.sync = sync  # type: ignore[method-assign]

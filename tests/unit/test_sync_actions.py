@@ -310,8 +310,9 @@ def _as_plan_entry(request: WriteRequest) -> tuple[str, str]:
 
 
 def test_a_refused_create_is_reported_once_the_first_status_hold_ends_across_failing_syncs():
-    """Each sync that retries the refused create judges the hold once: the first status (Created=False,
-    naming the refusal) waits its second, then is written, although every one of those syncs fails."""
+    """Each sync that retries the refused create judges the hold once: the sync after the refusal sees it
+    (decide judges the world as it found it), and the first status (Created=False, naming the refusal)
+    waits its second, then is written, although every one of those syncs fails."""
     mpijob, _, config, now_text = golden_cases.load_case("openmpi-pi")
 
     def refuse_pods(request: WriteRequest) -> WriteFailed | None:
@@ -326,10 +327,12 @@ def test_a_refused_create_is_reported_once_the_first_status_hold_ends_across_fai
     key = _load(c, kube, copy.deepcopy(mpijob), [])
     stored = ("MPIJob", mpijob["metadata"]["namespace"], mpijob["metadata"]["name"])
     written = []
-    for _ in range(4):
+    for _ in range(5):
         c.process(key)
         written.append((writer.objects[stored].get("status") or {}).get("conditions"))
         clock[0] += timedelta(seconds=0.6)
-    assert written[0] is None and written[1] is None  # held: 0 s and 0.6 s into the hold
-    assert [(x["type"], x["status"]) for x in written[2]] == [("Created", "False")]
-    assert "no PriorityClass" in written[2][0]["message"]
+    assert written[0] is None  # the refusal is met: the next sync judges it
+    assert written[1] is None and written[2] is None  # held: 0 s and 0.6 s into the hold
+    assert [(x["type"], x["status"]) for x in written[3]] == [("Created", "False")]
+    assert "no PriorityClass" in written[3][0]["message"]
+    assert c.loop.failures(key) == 5

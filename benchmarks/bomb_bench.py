@@ -35,8 +35,10 @@ from kubernetes import client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.scale_bench import SA_USER, kubectl, proc_stats  # noqa: E402
+from benchmarks.scale_bench import proc_stats  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster.e2e import SA_USER, apply_base  # noqa: E402
+from localcluster.jobs import minimal_job  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
 from render import bounds  # noqa: E402
 from render.quantity import parse as parse_quantity  # noqa: E402
@@ -56,22 +58,7 @@ def deployment_memory_limit() -> int:
 
 
 def mpijob(name: str, workers: int) -> dict[str, Any]:
-    def replica(container: str, n: int) -> dict[str, Any]:
-        return {
-            "replicas": n,
-            "template": {
-                "spec": {"containers": [{"name": container, "image": "mpioperator/mpi-pi:openmpi"}]}
-            },
-        }
-
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "mpiReplicaSpecs": {"Launcher": replica("launcher", 1), "Worker": replica("worker", workers)}
-        },
-    }
+    return minimal_job(name, workers, image="mpioperator/mpi-pi:openmpi", launcher_replicas=1)
 
 
 class MemoryCgroup:
@@ -122,8 +109,7 @@ def main() -> int:
     cgroup: MemoryCgroup | None = None
     result: dict[str, Any] = {"workers": args.workers, "operator_flags": args.operator_arg}
     try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        kubectl(cluster, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+        apply_base(cluster)
         api = cluster.api_client()
         core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
         for ns in ("bomb", "other"):

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chaos import scenarios
-from tests.chaos.harness import ChaosCluster
+from localcluster.chaos import scenarios
+from localcluster.chaos.harness import ChaosCluster
 
 FULL = {
     "kill9": lambda cc, seed: scenarios.kill9(cc, jobs=40, kills=10, seed=seed),

@@ -41,15 +41,12 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from localcluster import ClusterSpec  # noqa: E402
 from localcluster.binaries import BUILD_SCRIPT, BinariesMissing, built_dir  # noqa: E402
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
+from localcluster.e2e import E2E, condition_is, create_namespace  # noqa: E402
+from localcluster.jobs import containers_of  # noqa: E402
 from localcluster.processes import Proc, free_port, http_ok, spawn  # noqa: E402
-from localcluster.sandbox import RealCluster  # noqa: E402
+from localcluster.realnode import node_job, real_node_operator, set_mpirun_args  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
-from tests.e2e.support import E2E, condition_is, operator_runner  # noqa: E402
-from tests.node.jobs import node_job, set_mpirun_args  # noqa: E402
-from tests.utils import kubectl  # noqa: E402
 from tools import dashboard as dash  # noqa: E402
 
 NAMESPACE = "dashboard"
@@ -112,9 +109,8 @@ def instant(url: str, expr: str) -> list[dict[str, Any]]:
 
 
 def small(body: dict[str, Any]) -> dict[str, Any]:
-    for spec in body["spec"]["mpiReplicaSpecs"].values():
-        for c in spec["template"]["spec"]["containers"]:
-            c["resources"] = SMALL
+    for c in containers_of(body):
+        c["resources"] = SMALL
     return body
 
 
@@ -192,43 +188,31 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     """The run; returns what `draw` needs (also written to --answers)."""
     binary = prometheus_binary()
     version = prometheus_version(binary)
-    began = time.monotonic()
-    cluster = RealCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
-    cluster.start()
-    print(f"cluster with the real node up in {time.monotonic() - began:.1f} s", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="dashboard-picture-"))
-    op = operator_runner(cluster, work / "operator.log")
-    prom: Proc | None = None
-    try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        with contextlib.closing(cluster.api_client()) as admin:
-            wait_for_crds(admin, ["mpijobs.kubeflow.org"])
-        op.start()
-        prom, url = start_prometheus(binary, work, f"127.0.0.1:{op.port}", args.scrape_interval)
-        start = time.time()
-        deadline = time.monotonic() + 60
-        while not [r for r in instant(url, "up") if r["value"][1] == "1"]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus never scraped the operator:\n{prom.log_tail()}")
-            time.sleep(1)
-        print(
-            f"Prometheus {version} scrapes the operator every {args.scrape_interval:g} s ({url})", flush=True
-        )
-        time.sleep(args.lead)
-        with contextlib.closing(cluster.api_client()) as api:
-            core = client.CoreV1Api(api)
-            core.create_namespace({"metadata": {"name": NAMESPACE}})
-            wait_for_default_service_account(core, NAMESPACE)
-            lines = run_jobs(E2E(cluster, Kube(api, qps=0), NAMESPACE, op), args.held)
-        time.sleep(args.tail)
-        window = window_for(start, time.time(), args.scrape_interval)
-        data = dash.evaluate(json.loads(dash.DASHBOARD.read_text()), window, dash.query_range(url))
-        op.check()
-    finally:
-        if prom is not None:
-            prom.stop()
-        op.stop()
-        cluster.stop()
+    with real_node_operator("dashboard-picture-") as (cluster, op, work):
+        prom: Proc | None = None
+        try:
+            prom, url = start_prometheus(binary, work, f"127.0.0.1:{op.port}", args.scrape_interval)
+            start = time.time()
+            deadline = time.monotonic() + 60
+            while not [r for r in instant(url, "up") if r["value"][1] == "1"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Prometheus never scraped the operator:\n{prom.log_tail()}")
+                time.sleep(1)
+            print(
+                f"Prometheus {version} scrapes the operator every {args.scrape_interval:g} s ({url})",
+                flush=True,
+            )
+            time.sleep(args.lead)
+            with contextlib.closing(cluster.api_client()) as api:
+                create_namespace(client.CoreV1Api(api), NAMESPACE)
+                lines = run_jobs(E2E(cluster, Kube(api, qps=0), NAMESPACE, op), args.held)
+            time.sleep(args.tail)
+            window = window_for(start, time.time(), args.scrape_interval)
+            data = dash.evaluate(json.loads(dash.DASHBOARD.read_text()), window, dash.query_range(url))
+            op.check()
+        finally:
+            if prom is not None:
+                prom.stop()
     when = datetime.fromtimestamp(window.start, UTC).strftime("%Y-%m-%d %H:%M")
     return {
         "window": {k: getattr(window, k) for k in ("start", "end", "step", "scrape_interval")},

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.scale_bench import GROUP, PLURAL, VERSION, Operator, mpijob  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
+from localcluster.e2e import apply_base  # noqa: E402
 
 NAMESPACE = "first-job"
 WORKERS = 4
@@ -46,18 +46,7 @@ def main() -> int:
     cluster.start()
     latencies: list[float] = []
     try:
-        subprocess.run(
-            [
-                str(cluster.bin_dir / "kubectl"),
-                "apply",
-                "--server-side",
-                "-k",
-                str(REPO / "deploy/base-no-operator"),
-            ],
-            env=cluster.env(),
-            check=True,
-            capture_output=True,
-        )
+        apply_base(cluster)
         api = cluster.api_client()
         core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})

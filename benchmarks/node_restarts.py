@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,18 +30,10 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from localcluster import ClusterSpec  # noqa: E402
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
-from localcluster.sandbox import RealCluster  # noqa: E402
+from localcluster.e2e import condition_is, create_namespace  # noqa: E402
+from localcluster.realnode import IMPLS, NodeE2E, node_job, rank_hosts, real_node_operator  # noqa: E402
 from localcluster.sandbox.seal import node_rss_bytes  # noqa: E402
 from reconcile.runtime.kube import Kube  # noqa: E402
-from tests.e2e.support import E2E, condition_is, operator_runner  # noqa: E402
-from tests.node.jobs import IMPLS, launcher_restarts, node_job, rank_hosts  # noqa: E402
-from tests.utils import kubectl  # noqa: E402
-
-
-def running(pods: list[dict]) -> int:
-    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
 
 
 def main() -> int:
@@ -56,27 +47,15 @@ def main() -> int:
     args = parser.parse_args()
     impls = args.impl or list(IMPLS)
 
-    began = time.monotonic()
-    cluster = RealCluster(ClusterSpec(tier="real", nodes=0, startup_timeout=180))
-    cluster.start()
-    print(f"cluster with the real node up in {time.monotonic() - began:.1f}s", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="node-bench-"))
-    op = operator_runner(cluster, work / "operator.log")
     results: dict[str, list[tuple[int, float, bool]]] = {}
     rss: dict[str, int] = {}
-    try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        with contextlib.closing(cluster.api_client()) as admin:
-            wait_for_crds(admin, ["mpijobs.kubeflow.org"])
-        op.start()
+    with real_node_operator("node-bench-") as (cluster, op, _):
         api = cluster.api_client()
         core = client.CoreV1Api(api)
         for impl in impls:
             for i in range(args.jobs):
-                ns = f"bench-{impl}-{i}"
-                core.create_namespace({"metadata": {"name": ns}})
-                wait_for_default_service_account(core, ns)
-                e2e = E2E(cluster, Kube(api, qps=0), ns, op)
+                ns = create_namespace(core, f"bench-{impl}-{i}")
+                e2e = NodeE2E(cluster, Kube(api, qps=0), ns, op)
                 body = node_job(impl)
                 if args.policy != "AtStartup":
                     body["spec"]["launcherCreationPolicy"] = args.policy
@@ -93,12 +72,9 @@ def main() -> int:
                 job = e2e.wait_finished("pi", timeout=300)
                 took = time.monotonic() - t0
                 ok = condition_is(job, "Succeeded")
-                restarts = launcher_restarts(e2e.launcher_pods("pi"))
+                restarts = e2e.restarts("pi")
                 if ok:  # the program's own output: one rank per worker
-                    pods = e2e.launcher_pods("pi")
-                    newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
-                    log = kubectl(cluster, "logs", "-n", ns, newest["metadata"]["name"]).stdout
-                    ok = rank_hosts(log) == {0: "pi-worker-0", 1: "pi-worker-1"}
+                    ok = rank_hosts(e2e.launcher_log("pi")) == {0: "pi-worker-0", 1: "pi-worker-1"}
                 results.setdefault(impl, []).append((restarts, took, ok))
                 print(
                     f"{impl:16} job {i}: restarts {restarts}  {took:5.1f}s  {'ok' if ok else 'FAILED'}",
@@ -111,9 +87,6 @@ def main() -> int:
                 while time.monotonic() < deadline and core.list_namespaced_pod(ns).items:
                     time.sleep(0.5)
         api.close()
-    finally:
-        op.stop()
-        cluster.stop()
     gate = "without the gate" if args.no_gate else "with the gate"
     print(f"\nlauncher restarts per job at {args.policy}, {gate} (and submit-to-finished time):")
     for impl, rows in results.items():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from localcluster.jobs import containers_of, minimal_job
 from render import Config, Observed, SSHKey, render, status
 
 UID = "11111111-2222-4333-8444-555555555555"
@@ -26,27 +27,25 @@ NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def job(workers: int) -> dict:
-    container = {
-        "name": "mpi",
-        "image": "mpioperator/mpi-pi:openmpi",
-        "command": ["mpirun"],
-        "args": ["-n", str(workers), "/home/mpiuser/pi"],
-        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
-        "env": [{"name": "A", "value": "1"}],
-    }
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": "bench", "namespace": "default", "uid": UID},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [container]}}},
-                "Worker": {"replicas": workers, "template": {"spec": {"containers": [dict(container)]}}},
-            },
-        },
-    }
+    body = minimal_job(
+        "bench",
+        workers,
+        image="mpioperator/mpi-pi:openmpi",
+        containers=("mpi", "mpi"),
+        launcher_replicas=1,
+        namespace="default",
+        uid=UID,
+        slotsPerWorker=1,
+        runPolicy={"cleanPodPolicy": "Running"},
+    )
+    for container in containers_of(body):
+        container.update(
+            command=["mpirun"],
+            args=["-n", str(workers), "/home/mpiuser/pi"],
+            resources={"limits": {"cpu": "1", "memory": "1Gi"}},
+            env=[{"name": "A", "value": "1"}],
+        )
+    return body
 
 
 def observed(workers: int) -> Observed:

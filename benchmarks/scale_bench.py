@@ -61,12 +61,14 @@ sys.path.insert(0, str(REPO))
 
 import render  # noqa: E402
 from localcluster import ClusterSpec, LocalCluster  # noqa: E402
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
+from localcluster.cluster import wait_for_default_service_account  # noqa: E402
+from localcluster.e2e import SA_USER, apply_base  # noqa: E402
+from localcluster.jobs import minimal_job  # noqa: E402
+from localcluster.kubectl import kubectl  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
 from reconcile.mpijob.cacheform import cache_form  # noqa: E402
 from reconcile.runtime import kube as k  # noqa: E402
 
-SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 NAMESPACE = "bench"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 READ_VERBS = {"get", "list", "watch"}
@@ -83,37 +85,18 @@ CACHED_KINDS = (k.POD, k.JOB, k.SERVICE, k.CONFIGMAP, k.SECRET, k.MPIJOB)
 
 def mpijob(name: str, workers: int, namespace: str = NAMESPACE) -> dict[str, Any]:
     """Upstream's pi example, root Open MPI; kwok finishes the launcher pod 1 s after it runs."""
-    image = "mpioperator/mpi-pi:openmpi"
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "launcher",
-                                    "image": image,
-                                    "command": ["mpirun"],
-                                    "args": ["--allow-run-as-root", "-n", str(workers), "/home/mpiuser/pi"],
-                                }
-                            ]
-                        }
-                    },
-                },
-                "Worker": {
-                    "replicas": workers,
-                    "template": {"spec": {"containers": [{"name": "worker", "image": image}]}},
-                },
-            },
-        },
-    }
+    job = minimal_job(
+        name,
+        workers,
+        image="mpioperator/mpi-pi:openmpi",
+        launcher_replicas=1,
+        namespace=namespace,
+        slotsPerWorker=1,
+        runPolicy={"cleanPodPolicy": "Running"},
+    )
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher.update(command=["mpirun"], args=["--allow-run-as-root", "-n", str(workers), "/home/mpiuser/pi"])
+    return job
 
 
 # -- plain clients: the API server's pace, and the competing load ------------------------------------------
@@ -422,10 +405,6 @@ class LauncherWatcher(StatusWatcher):
 
 
 # -- the run ----------------------------------------------------------------------------------------------
-def kubectl(cluster: LocalCluster, *args: str) -> None:
-    subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env()}, check=True, capture_output=True)
-
-
 def operator_samples(op: OperatorRunner) -> tuple[float, float]:
     """(429 answers so far, the client's rate limit now; 0: none) from the operator's metrics."""
     throttled = limit = 0.0
@@ -519,9 +498,8 @@ def main() -> int:
     load: Load | None = None
     figures: dict[str, Any] = {"jobs": args.jobs, "workers": args.workers, "operator_args": args.operator_arg}
     try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        apply_base(cluster)
         api = cluster.api_client()
-        wait_for_crds(api, ["mpijobs.kubeflow.org"])
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         for ns in (NAMESPACE, LOAD_NS):
             core.create_namespace({"metadata": {"name": ns}})

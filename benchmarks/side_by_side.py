@@ -55,13 +55,11 @@ from scale_bench import (  # noqa: E402
     NAMESPACE,
     PACE_USER,
     PODS_PER_NODE,
-    SA_USER,
     LauncherWatcher,
     StatusWatcher,
     cpu_probe,
     cpu_split,
     grant_admin,
-    kubectl,
     mpijob,
     proc_stats,
     start_profiler,
@@ -70,7 +68,9 @@ from scale_bench import (  # noqa: E402
 )
 
 from localcluster import ClusterSpec, LocalCluster, upstream  # noqa: E402
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account  # noqa: E402
+from localcluster.cluster import wait_for_default_service_account  # noqa: E402
+from localcluster.e2e import SA_USER, apply_base  # noqa: E402
+from localcluster.kubectl import kubectl  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
 from render import names  # noqa: E402
 
@@ -154,9 +154,8 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     profiler: subprocess.Popen[bytes] | None = None
     watchers: list[StatusWatcher] = []
     try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+        apply_base(cluster)
         api = cluster.api_client()
-        wait_for_crds(api, ["mpijobs.kubeflow.org"])
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait_for_default_service_account(core, NAMESPACE)

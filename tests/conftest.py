@@ -22,8 +22,6 @@ fixed seed HYPOTHESIS_SEED (printed in the header).
 from __future__ import annotations
 
 import os
-import re
-import secrets
 import signal
 import time
 from collections.abc import Iterator
@@ -33,34 +31,26 @@ import pytest
 from kubernetes.client import ApiClient
 
 from localcluster import ClusterSpec, LocalCluster
-from localcluster.cluster import wait_for_default_service_account
+from localcluster.e2e import create_namespace
 from localcluster.operator import OperatorFailed, forget_runner, started_runners
+from tests.utils import (
+    CI_ENV,
+    HYPOTHESIS_SEED,
+    NARROWING_ENV,
+    SKIP_ENV,
+    SKIP_REASON,
+    TEST_NAMESPACE_LABELS,
+    in_ci,
+    namespace_name,
+    skip_cluster,
+    skip_without_cluster,
+)
 
 TIER_FIXTURES = {"l1_cluster": "l1", "l2_cluster": "l2"}
-SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
-# Set by .ci/run: CI runs every tier, so a skip request is an error and any skipped test fails the run.
-CI_ENV = "MPIJOB_CI"
 _ci_skipped: list[str] = []
-# Environment knobs that make a test do less (fewer rounds or examples, other flags, record instead of
-# compare): for benchmarks and local runs only, refused under CI.
-NARROWING_ENV = (
-    "MPIJOB_STATUS_ORDER_ROUNDS",
-    "MPIJOB_STATUS_ORDER_FLAGS",
-    "MPIJOB_FUZZ_EXAMPLES",
-    "MPIJOB_FUZZ_COUNT_FILE",
-    "MPIJOB_RECORD_DIFFER",
-    "RENDER_EXAMPLES",
-)
-# CI's Hypothesis seed: a failure there reproduces with --hypothesis-seed=<this>. Local runs explore freshly.
-HYPOTHESIS_SEED = 20261203
 hypothesis.settings.register_profile("ci", database=None, print_blob=True)
 
-
-def _in_ci() -> bool:
-    return os.environ.get(CI_ENV, "") not in ("", "0")
-
-
-if _in_ci():  # loaded at import, before any test module builds its settings
+if in_ci():  # loaded at import, before any test module builds its settings
     hypothesis.settings.load_profile("ci")
 
 
@@ -73,13 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _skip_cluster(config: pytest.Config) -> bool:
-    return bool(config.getoption("--skip-cluster")) or os.environ.get(SKIP_ENV, "") not in ("", "0")
-
-
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis' plugin reads its seed option
 def pytest_configure(config: pytest.Config) -> None:
-    if _in_ci():
+    if in_ci():
         narrowing = [name for name in NARROWING_ENV if name in os.environ]
         if narrowing:
             raise pytest.UsageError(
@@ -98,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if not _in_ci():
+    if not in_ci():
         return None
     seed = config.getoption("hypothesis_seed", None)
     return f"{CI_ENV}: hypothesis profile {hypothesis.settings.get_current_profile_name()!r}, seed {seed}"
@@ -113,29 +99,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _mark_tiers(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _in_ci() and _skip_cluster(config):
+    if in_ci() and skip_cluster(config):
         raise pytest.UsageError(f"{CI_ENV} is set: CI runs every tier; drop --skip-cluster / {SKIP_ENV}")
-    skip = pytest.mark.skip(reason=f"--skip-cluster or {SKIP_ENV}=1 given")
+    skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         # A test that uses a tier's cluster belongs to that tier, for `-m` selection and skipping.
         for fixture, tier in TIER_FIXTURES.items():
             if fixture in fixtures and item.get_closest_marker(tier) is None:
                 item.add_marker(getattr(pytest.mark, tier))
-        if _skip_cluster(config) and any(item.get_closest_marker(m) for m in ("tools", "l1", "l2")):
+        if skip_cluster(config) and any(item.get_closest_marker(m) for m in ("tools", "l1", "l2")):
             item.add_marker(skip)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if _in_ci() and report.skipped:
+    if in_ci() and report.skipped:
         _ci_skipped.append(report.nodeid)
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     # a module-level importorskip / skip(allow_module_level=True) skips a whole file at collection
-    if _in_ci() and report.skipped:
+    if in_ci() and report.skipped:
         _ci_skipped.append(report.nodeid or "<collection>")
-    elif _in_ci() and report.failed:  # pytest fails the run for it too; named here with the skips
+    elif in_ci() and report.failed:  # pytest fails the run for it too; named here with the skips
         _ci_skipped.append(f"{report.nodeid or '<collection>'} (a collection error)")
 
 
@@ -176,8 +162,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _session_cluster(request: pytest.FixtureRequest, tier: str) -> Iterator[LocalCluster]:
-    if _skip_cluster(request.config):
-        pytest.skip(f"--skip-cluster or {SKIP_ENV}=1 given")
+    skip_without_cluster(request.config)
     cluster = LocalCluster(ClusterSpec(tier=tier))  # type: ignore[arg-type]
     began = time.monotonic()
     cluster.start()  # raises (test errors) if binaries are missing or a component fails
@@ -220,14 +205,11 @@ def namespace(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator
     """A fresh namespace, deleted after the test (L1 has no namespace controller: it stays Terminating)."""
     from kubernetes import client
 
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"t-{slug}-{secrets.token_hex(3)}"
+    name = namespace_name(request.node.name)
     api = cluster.api_client()
     core = client.CoreV1Api(api)
     try:
-        core.create_namespace({"metadata": {"name": name, "labels": {"mpijob.dev/test": "true"}}})
-        if cluster.spec.tier == "l2":
-            wait_for_default_service_account(core, name)
+        create_namespace(core, name, TEST_NAMESPACE_LABELS, pods=cluster.spec.tier == "l2")
         yield name
     finally:
         try:

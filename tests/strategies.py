@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from localcluster.jobs import minimal_job
 from reconcile.engine.semantics import is_zero
 from render import Config, Observed, SSHKey, names
 from render import status as render_status
@@ -121,7 +122,7 @@ def mpijobs(draw: st.DrawFn, max_workers: int = 12) -> dict[str, Any]:
         if draw(st.booleans()):
             sp["scheduleTimeoutSeconds"] = draw(st.integers(0, 600))
         run_policy["schedulingPolicy"] = sp
-    spec: dict[str, Any] = {"mpiReplicaSpecs": specs}
+    spec: dict[str, Any] = {}
     if run_policy:
         spec["runPolicy"] = run_policy
     if launcher_as_worker:
@@ -134,12 +135,9 @@ def mpijobs(draw: st.DrawFn, max_workers: int = 12) -> dict[str, Any]:
     ):
         if draw(st.booleans()):
             spec[key] = draw(strat)
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": draw(st.sampled_from(["default", "team-a"])), "uid": JOB_UID},
-        "spec": spec,
-    }
+    job = minimal_job(name, None, namespace=draw(st.sampled_from(["default", "team-a"])), uid=JOB_UID, **spec)
+    job["spec"]["mpiReplicaSpecs"] = specs
+    return job
 
 
 configs = st.builds(

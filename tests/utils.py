@@ -1,56 +1,81 @@
-"""Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files).
+"""Helpers shared by the test tiers (no fixtures: those are in the tiers' conftest.py files; what the
+benchmarks use too lives in `localcluster`: `kubectl`, `wait_for`, the MPIJob builders, `E2E`).
 
-* ``kubectl``: the one way to run kubectl against a local cluster (a failure raises ``KubectlFailed``);
-* ``wait_for``: the one poll-until-true loop; ``Versions``: every version a watch sees, where a poll
-  would miss one;
-* ``Polling``: the one background poll (a step every 0.2 s while a block runs);
-* ``pi_job``: the pi MPIJob as users run it, derived from ``examples/pi.yaml``; ``minimal_job``: the
-  smallest valid MPIJob, for checks of the API and the differ (every other builder starts from one of them);
-* ``PODGROUP_CRDS``: the one source of the PodGroup CRDs (``tests/crds/``);
-* ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions.
+* the skip and CI switches: ``skip_cluster``, ``skip_without_cluster``, ``SKIP_ENV``, ``CI_ENV``,
+  ``NARROWING_ENV``, ``HYPOTHESIS_SEED``;
+* what the fixtures are made of: ``namespace_name``, ``operator_for``, ``running_again``;
+* ``Versions``: every version a watch sees, where a poll would miss one; ``Polling``: the one background
+  poll (a step every 0.2 s while a block runs); ``seconds_between`` object timestamps;
+* ``podgroup_crds``: the one source of the PodGroup CRDs (``tests/crds/``);
+* ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions;
+  ``processed_after_nudge``: timing-free "nothing happened".
 """
 
 from __future__ import annotations
 
-import copy
-import subprocess
+import os
+import re
+import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from localcluster.cluster import LocalCluster
+from localcluster.e2e import operator_runner
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from render.timeutil import parse_time
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
 CRDS_DIR = Path(__file__).resolve().parent / "crds"
 PODGROUP_CRD_FILES = sorted(CRDS_DIR.glob("*-podgroup.yaml"))
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
+SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
+# Set by .ci/run: CI runs every tier, so a skip request is an error and any skipped test fails the run.
+CI_ENV = "MPIJOB_CI"
+# Environment knobs that make a test do less (fewer rounds or examples, other flags, record instead of
+# compare): for benchmarks and local runs only, refused under CI.
+NARROWING_ENV = (
+    "MPIJOB_STATUS_ORDER_ROUNDS",
+    "MPIJOB_STATUS_ORDER_FLAGS",
+    "MPIJOB_FUZZ_EXAMPLES",
+    "MPIJOB_FUZZ_COUNT_FILE",
+    "MPIJOB_RECORD_DIFFER",
+    "RENDER_EXAMPLES",
+)
+# CI's Hypothesis seed: a failure there reproduces with --hypothesis-seed=<this>. Local runs explore freshly.
+HYPOTHESIS_SEED = 20261203
+SKIP_REASON = f"--skip-cluster or {SKIP_ENV}=1 given"
 
-class KubectlFailed(AssertionError):
-    def __init__(self, args: tuple[str, ...], proc: subprocess.CompletedProcess[str]) -> None:
-        super().__init__(f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-        self.proc = proc
+
+def in_ci() -> bool:
+    return os.environ.get(CI_ENV, "") not in ("", "0")
 
 
-def kubectl(
-    cluster: Any, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The cluster's Go-built kubectl, as admin unless `kubeconfig` is given. A non-zero exit raises
-    KubectlFailed; read `.stdout` (and `.stderr` for warnings) of what it returns."""
-    env = cluster.env()
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    argv = [str(cluster.bin_dir / "kubectl"), *args]
-    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=180)
-    if proc.returncode != 0:
-        raise KubectlFailed(args, proc)
-    return proc
+def skip_cluster(config: pytest.Config) -> bool:
+    """Whether the run skips the tiers that need the Go-built tools or a cluster."""
+    return bool(config.getoption("--skip-cluster")) or os.environ.get(SKIP_ENV, "") not in ("", "0")
+
+
+def skip_without_cluster(config: pytest.Config) -> None:
+    """Skip the calling fixture's tests when the run skips the cluster tiers."""
+    if skip_cluster(config):
+        pytest.skip(SKIP_REASON)
+
+
+TEST_NAMESPACE_LABELS = {"mpijob.dev/test": "true"}
+
+
+def namespace_name(test_name: str, prefix: str = "t") -> str:
+    """A fresh namespace's name for a test: its name as a DNS label, and a random suffix."""
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"{prefix}-{slug}-{secrets.token_hex(3)}"
 
 
 # A finalizer of the tests' own: it keeps a deleted object readable, so a test reads when it was deleted
@@ -117,41 +142,6 @@ class Versions:
             assert not self.errors, f"a watch failed: {self.errors}"
 
 
-def wait_for(
-    check: Callable[[], Any],
-    what: str,
-    timeout: float = 30.0,
-    interval: float = 0.1,
-    *,
-    describe: Callable[[], str] | None = None,
-    alive: Callable[[], bool] | None = None,
-    ignore: Callable[[BaseException], bool] | None = None,
-) -> Any:
-    """Poll ``check`` until it returns something true (returned) or ``timeout`` passes (AssertionError
-    with the last value and ``describe()``). ``alive``: fail at once when it turns false (the operator
-    died); ``ignore``: exceptions of ``check`` to treat as "not yet" (default: a 404, not there yet)."""
-    ignore = ignore or not_found
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except Exception as exc:
-            if not ignore(exc):
-                raise
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            break
-        if alive is not None and not alive():
-            raise AssertionError(f"the operator died while waiting for {what}")
-        time.sleep(interval)
-    detail = f"\n{describe()}" if describe is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{detail}")
-
-
 class Polling:
     """Calls ``step`` every ``interval`` seconds in a thread while the ``with`` block runs: for what
     lasts too briefly to be caught between a test's own steps. ``step`` handles its own errors."""
@@ -177,125 +167,27 @@ class Polling:
         self._thread.join(5)
 
 
-def not_found(exc: BaseException) -> bool:
-    """An API error 404 (``reconcile.runtime.kube.ApiError`` or the official client's ``ApiException``)."""
-    return getattr(exc, "status", None) == 404
-
-
 def podgroup_crds() -> list[dict[str, Any]]:
     """Minimal stand-ins for the PodGroup CRDs of Volcano and scheduler-plugins."""
     return [yaml.safe_load(f.read_text()) for f in PODGROUP_CRD_FILES]
 
 
-def example(name: str) -> list[dict[str, Any]]:
-    """The objects of examples/<name>.yaml, in their order."""
-    return [d for d in yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()) if d]
+def operator_for(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory, name: str = "operator"
+) -> Iterator[OperatorRunner]:
+    """A fixture's operator (`localcluster.e2e.operator_runner`), its log in a fresh directory `name`;
+    stopped when the fixture ends."""
+    with operator_runner(cluster, tmp_path_factory.mktemp(name) / "operator.log") as op:
+        yield op
 
 
-def example_pi() -> dict[str, Any]:
-    (job,) = example("pi")
-    return job
-
-
-IMAGES = {
-    "OpenMPI": "mpioperator/mpi-pi:openmpi",
-    "Intel": "mpioperator/mpi-pi:intel",
-    "MPICH": "mpioperator/mpi-pi:mpich",
-}
-SSHD = ["/usr/sbin/sshd", "-De"]
-
-
-def minimal_job(
-    name: str = "pi",
-    workers: int | None = 2,
-    *,
-    image: str = "mpi:latest",
-    containers: tuple[str, str] = ("launcher", "worker"),
-    launcher_replicas: int | None = None,
-    namespace: str | None = None,
-    uid: str | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """The smallest valid MPIJob: one container per role with only a name and an image (no Worker spec
-    when `workers` is None); `spec` keys set as given."""
-
-    def replica(container: str) -> dict[str, Any]:
-        return {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}
-
-    launcher = replica(containers[0])
-    if launcher_replicas is not None:
-        launcher = {"replicas": launcher_replicas, **launcher}
-    specs: dict[str, Any] = {"Launcher": launcher}
-    if workers is not None:
-        specs["Worker"] = {"replicas": workers, **replica(containers[1])}
-    meta: dict[str, Any] = {"name": name}
-    meta |= {"namespace": namespace} if namespace is not None else {}
-    meta |= {"uid": uid} if uid is not None else {}
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": meta,
-        "spec": {**spec, "mpiReplicaSpecs": specs},
-    }
-
-
-def pi_job(
-    name: str = "pi",
-    *,
-    impl: str = "OpenMPI",
-    root: bool = False,
-    workers: int | None = 2,
-    resources: bool = True,
-    launcher_annotations: dict[str, str] | None = None,
-    worker_annotations: dict[str, str] | None = None,
-    run_policy: dict[str, Any] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """``examples/pi.yaml`` (Open MPI, non-root: uid 1000, the SSH key at /home/mpiuser/.ssh, 2 workers,
-    limits of 1 CPU and 1Gi), changed as asked:
-
-    * ``root``: upstream's e2e base job: no securityContext or sshAuthMountPath, ``--allow-run-as-root``,
-      Open MPI workers without a command (the operator defaults it to ``sshd -De``);
-    * ``impl`` Intel or MPICH: their image, the image entrypoint for the launcher (``args``) and the
-      workers (sshd as ``args``), and a TCP readiness probe on :2222, as upstream's examples do;
-    * ``workers`` (None: no Worker spec), ``resources=False`` (no limits), pod-template annotations,
-      ``run_policy`` merged into the example's, other ``spec`` keys set.
-    """
-    job = copy.deepcopy(example_pi())
-    job["metadata"]["name"] = name
-    body = job["spec"]
-    specs = body["mpiReplicaSpecs"]
-    launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
-    worker = specs["Worker"]["template"]["spec"]["containers"][0]
-    sshd_args = worker["args"]  # -De -f /home/mpiuser/.sshd_config
-    for container in (launcher, worker):
-        container["image"] = IMAGES[impl]
-        if root:
-            container.pop("securityContext", None)
-        if not resources:
-            container.pop("resources", None)
-    if root:
-        body.pop("sshAuthMountPath", None)
-        sshd_args = ["-De"]
-    if impl == "OpenMPI":
-        if root:
-            launcher["args"] = ["--allow-run-as-root", *launcher["args"]]
-            del worker["command"], worker["args"]
-    else:
-        body["mpiImplementation"] = impl
-        launcher["args"] = [*launcher.pop("command"), *launcher["args"]]
-        worker["args"] = [*worker.pop("command"), *sshd_args]
-        worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 2}
-    for role, notes in (("Launcher", launcher_annotations), ("Worker", worker_annotations)):
-        if notes:
-            specs[role]["template"].setdefault("metadata", {})["annotations"] = dict(notes)
-    if workers is None:
-        del specs["Worker"]
-    else:
-        specs["Worker"]["replicas"] = workers
-    body["runPolicy"].update(run_policy or {})
-    body.update(spec)
-    return job
+def running_again(op: OperatorRunner) -> OperatorRunner:
+    """A session's operator for the next test: started again if it died (its death failed the test
+    during which it died, tests/conftest.py)."""
+    if not op.alive():
+        op.check()  # raises if that was not told yet
+        op.start()
+    return op
 
 
 def api_writes(op: OperatorRunner) -> float:
@@ -342,11 +234,3 @@ def processed_after_nudge(
     wait_for(
         synced, f"the operator to process MPIJob {namespace}/{name} at resourceVersion {wanted}", timeout
     )
-
-
-def has_condition(obj: dict[str, Any], ctype: str, status: str = "True", reason: str | None = None) -> bool:
-    """Whether ``obj``'s status has condition ``ctype`` with ``status`` (and ``reason``, if given)."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype:
-            return c.get("status") == status and (reason is None or c.get("reason") == reason)
-    return False

@@ -10,18 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chaos import scenarios
-from tests.chaos.harness import ChaosCluster, Report
+from localcluster.chaos import scenarios
+from localcluster.chaos.harness import ChaosCluster, Report
+from tests.utils import skip_without_cluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.l2]
 
 
 @pytest.fixture(scope="module")
 def chaos_cluster(request: pytest.FixtureRequest) -> Iterator[ChaosCluster]:
-    from tests.conftest import _skip_cluster
-
-    if _skip_cluster(request.config):
-        pytest.skip("--skip-cluster given")
+    skip_without_cluster(request.config)
     cc = ChaosCluster().start()
     try:
         yield cc

@@ -11,37 +11,19 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
 from localcluster import LocalCluster
-from localcluster.cluster import wait_for_crds
+from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import Kube
-from tests.cluster.support import CRD_NAME
-from tests.utils import REPO, kubectl, wait_for
+from tests.cluster.support import CRD_NAME, install_crds
 from tests.utils import podgroup_crds as podgroup_crd_docs
 from tools.crdgen.build import CRD_PATH
-
-CRD_FILE = REPO / "deploy" / "crd" / "kubeflow.org_mpijobs.yaml"
-
-
-def install_crds(cluster: LocalCluster, docs: list[dict[str, Any]]) -> None:
-    api = cluster.api_client()
-    try:
-        ext = client.ApiextensionsV1Api(api)
-        for doc in docs:
-            try:
-                ext.create_custom_resource_definition(doc)
-            except client.ApiException as err:
-                if err.status != 409:
-                    raise
-        wait_for_crds(api, [d["metadata"]["name"] for d in docs])
-    finally:
-        api.close()
 
 
 @pytest.fixture
@@ -51,7 +33,7 @@ def kube(api_client: client.ApiClient) -> Kube:
 
 @pytest.fixture(scope="session")
 def mpijob_crd(l1_cluster: LocalCluster) -> None:
-    install_crds(l1_cluster, [d for d in yaml.safe_load_all(CRD_FILE.read_text()) if d])
+    install_crds(l1_cluster, [d for d in yaml.safe_load_all(CRD_PATH.read_text()) if d])
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,12 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from localcluster.cluster import WORKLOAD_API
+from reconcile.engine.differ import plan
+from reconcile.engine.executor import ExecResult, execute
+from reconcile.engine.plan import Plan
+from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from reconcile.runtime.kube import Kube
+from reconcile.runtime.kubewriter import KubeWriter
 from render import Observed, ValidationError, render
 from render.keys import load_ssh_key
 from render.timeutil import parse_time
@@ -94,3 +100,13 @@ def workers_case(namespace: str) -> tuple[list[dict[str, Any]], str]:
 
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind]
+
+
+def plan_now(dyn: DynamicClient, desired: list[dict[str, Any]], owner: str) -> Plan:
+    """The operator's plan for `desired` against what the server holds now."""
+    return plan(desired, read_back(dyn, desired), POLICY, owner)
+
+
+def execute_on(dyn: DynamicClient, step: Plan, **options: Any) -> ExecResult:
+    """`step` executed as the operator does (its writer and field manager), with the test's client."""
+    return execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER, **options)

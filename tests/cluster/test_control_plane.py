@@ -10,16 +10,17 @@ import pytest
 from kubernetes import client
 
 from localcluster import NODE_PREFIX, LocalCluster
-from tests import utils
+from localcluster.e2e import SA_USER
+from localcluster.wait import wait_for
 
 T = TypeVar("T")
 ANN = "localcluster.mpijob.dev/"
 
 
-def wait_for(fetch: Callable[[], T], done: Callable[[T], bool], what: str, timeout: float = 60) -> T:
-    """`fetch()` once `done` holds for it (tests/utils.py's poll)."""
+def fetch_until(fetch: Callable[[], T], done: Callable[[T], bool], what: str, timeout: float = 60) -> T:
+    """`fetch()` once `done` holds for it (the one poll, `localcluster.wait.wait_for`)."""
     # a one-item tuple: the value may be falsy (an empty list once a pod is gone)
-    return utils.wait_for(lambda: next(((v,) for v in [fetch()] if done(v)), None), what, timeout, 0.2)[0]
+    return wait_for(lambda: next(((v,) for v in [fetch()] if done(v)), None), what, timeout, 0.2)[0]
 
 
 def pod_body(name: str, annotations: dict[str, str] | None = None, **spec: object) -> dict:
@@ -54,7 +55,7 @@ def _launcher_finished(api_client, namespace: str) -> None:
     """Start an unmarked Job and wait until it completes: its pod's exit delay has passed."""
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     batch.create_namespaced_job(namespace, job_body("reference"))
-    wait_for(
+    fetch_until(
         lambda: batch.read_namespaced_job("reference", namespace),
         lambda j: job_condition(j, "Complete"),
         "Complete",
@@ -119,7 +120,7 @@ def test_l1_crd_can_be_created_and_used(api_client, namespace):
     }
     ext.create_custom_resource_definition(crd)
     try:
-        wait_for(
+        fetch_until(
             lambda: ext.read_custom_resource_definition("widgets.test.mpijob.dev"),
             lambda c: any(x.type == "Established" and x.status == "True" for x in c.status.conditions or []),
             "CRD Established",
@@ -132,7 +133,7 @@ def test_l1_crd_can_be_created_and_used(api_client, namespace):
             "spec": {"size": 3},
         }
         # Discovery of a fresh CRD can lag a moment behind Established.
-        wait_for(
+        fetch_until(
             lambda: _try_create(custom, namespace, body), lambda ok: ok, "Widget create accepted", timeout=20
         )
         got = custom.get_namespaced_custom_object("test.mpijob.dev", "v1", namespace, "widgets", "w")
@@ -145,20 +146,26 @@ def test_l1_crd_can_be_created_and_used(api_client, namespace):
         ext.delete_custom_resource_definition("widgets.test.mpijob.dev")
 
 
-def _try_create(custom: client.CustomObjectsApi, namespace: str, body: dict) -> bool:
+def _goes_through(call: Callable[[], object], refused: int) -> bool:
+    """Whether `call` succeeds; False while the server answers `refused` (not served yet, forbidden)."""
     try:
-        custom.create_namespaced_custom_object("test.mpijob.dev", "v1", namespace, "widgets", body)
+        call()
     except client.ApiException as exc:
-        if exc.status == 404:
+        if exc.status == refused:
             return False
         raise
     return True
 
 
+def _try_create(custom: client.CustomObjectsApi, namespace: str, body: dict) -> bool:
+    create = custom.create_namespaced_custom_object
+    return _goes_through(lambda: create("test.mpijob.dev", "v1", namespace, "widgets", body), 404)
+
+
 @pytest.mark.l1
 def test_l1_operator_identity_is_bound_by_rbac(l1_cluster: LocalCluster, api_client, namespace):
     """A kubeconfig for the operator's ServiceAccount user gets exactly what RBAC grants it."""
-    user = "system:serviceaccount:mpi-operator:mpi-operator"
+    user = SA_USER
     path = l1_cluster.write_user_kubeconfig(user)
     from kubernetes import config
 
@@ -185,19 +192,15 @@ def test_l1_operator_identity_is_bound_by_rbac(l1_cluster: LocalCluster, api_cli
                 "subjects": [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": "mpi-operator"}],
             },
         )
-        wait_for(lambda: _can_list(core, namespace), lambda ok: ok, "RoleBinding to take effect", timeout=10)
+        fetch_until(
+            lambda: _can_list(core, namespace), lambda ok: ok, "RoleBinding to take effect", timeout=10
+        )
     finally:
         as_operator.close()
 
 
 def _can_list(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.list_namespaced_config_map(namespace)
-    except client.ApiException as exc:
-        if exc.status == 403:
-            return False
-        raise
-    return True
+    return _goes_through(lambda: core.list_namespaced_config_map(namespace), 403)
 
 
 # ---- L2 -------------------------------------------------------------------------------------------------
@@ -220,7 +223,7 @@ def test_l2_pod_is_scheduled_running_and_ready(api_client, namespace):
     body = pod_body("worker-0")
     body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}}
     core.create_namespaced_pod(namespace, body)
-    pod = wait_for(
+    pod = fetch_until(
         lambda: core.read_namespaced_pod("worker-0", namespace),
         lambda p: (
             p.status.phase == "Running"
@@ -243,7 +246,7 @@ def test_l2_unschedulable_pod_stays_pending(api_client, namespace):
     body = pod_body("too-big")
     body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "9"}}
     core.create_namespaced_pod(namespace, body)
-    pod = wait_for(
+    pod = fetch_until(
         lambda: core.read_namespaced_pod("too-big", namespace),
         lambda p: any(c.type == "PodScheduled" and c.status == "False" for c in p.status.conditions or []),
         "scheduler to report the pod unschedulable",
@@ -256,7 +259,7 @@ def test_l2_unschedulable_pod_stays_pending(api_client, namespace):
 def test_l2_job_completes(api_client, namespace):
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     batch.create_namespaced_job(namespace, job_body("launcher"))
-    job = wait_for(
+    job = fetch_until(
         lambda: batch.read_namespaced_job("launcher", namespace),
         lambda j: job_condition(j, "Complete"),
         "Job Complete",
@@ -273,7 +276,7 @@ def test_l2_marked_job_pod_fails_with_exit_code(api_client, namespace):
     batch.create_namespaced_job(
         namespace, job_body("oom", annotations={f"{ANN}exit-code": "137", f"{ANN}reason": "OOMKilled"})
     )
-    job = wait_for(
+    job = fetch_until(
         lambda: batch.read_namespaced_job("oom", namespace),
         lambda j: job_condition(j, "Failed"),
         "Job Failed",
@@ -289,7 +292,7 @@ def test_l2_marked_job_pod_fails_with_exit_code(api_client, namespace):
 def test_l2_held_job_pod_keeps_running(api_client, namespace):
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     batch.create_namespaced_job(namespace, job_body("held", annotations={f"{ANN}hold": "true"}))
-    wait_for(
+    fetch_until(
         lambda: pods_of_job(core, namespace, "held"),
         lambda pods: len(pods) == 1 and pods[0].status.phase == "Running",
         "held launcher pod Running",
@@ -304,13 +307,13 @@ def test_l2_held_job_pod_keeps_running(api_client, namespace):
 def test_l2_eviction(api_client, namespace):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, pod_body("worker-1"))
-    wait_for(
+    fetch_until(
         lambda: core.read_namespaced_pod("worker-1", namespace),
         lambda p: p.status.phase == "Running",
         "Running",
     )
     core.patch_namespaced_pod("worker-1", namespace, {"metadata": {"annotations": {f"{ANN}evict": "true"}}})
-    pod = wait_for(
+    pod = fetch_until(
         lambda: core.read_namespaced_pod("worker-1", namespace),
         lambda p: p.status.phase == "Failed",
         "evicted",
@@ -323,13 +326,13 @@ def test_l2_eviction(api_client, namespace):
 def test_l2_deleted_pod_goes_away(api_client, namespace):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, pod_body("worker-2"))
-    wait_for(
+    fetch_until(
         lambda: core.read_namespaced_pod("worker-2", namespace),
         lambda p: p.status.phase == "Running",
         "Running",
     )
     core.delete_namespaced_pod("worker-2", namespace)
-    wait_for(
+    fetch_until(
         lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items],
         lambda names: "worker-2" not in names,
         "pod removed",
@@ -346,13 +349,13 @@ def test_l2_garbage_collector_removes_dependents(api_client, namespace):
     )
     # A Job whose pod keeps running: deleting the Job must take the pod along.
     batch.create_namespaced_job(namespace, job_body("held", annotations={f"{ANN}hold": "true"}))
-    wait_for(lambda: pods_of_job(core, namespace, "held"), lambda pods: len(pods) == 1, "Job pod created")
+    fetch_until(lambda: pods_of_job(core, namespace, "held"), lambda pods: len(pods) == 1, "Job pod created")
 
     core.delete_namespaced_config_map("owner", namespace)
     batch.delete_namespaced_job("held", namespace, propagation_policy="Background")
-    wait_for(
+    fetch_until(
         lambda: [c.metadata.name for c in core.list_namespaced_config_map(namespace).items],
         lambda names: "dependent" not in names,
         "dependent ConfigMap collected",
     )
-    wait_for(lambda: pods_of_job(core, namespace, "held"), lambda pods: pods == [], "Job pods collected")
+    fetch_until(lambda: pods_of_job(core, namespace, "held"), lambda pods: pods == [], "Job pods collected")

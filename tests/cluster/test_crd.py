@@ -16,6 +16,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from localcluster.jobs import minimal_job
+from localcluster.kubectl import kubectl
+from localcluster.wait import wait_for
 from tests.cluster.support import (
     CRD_NAME,
     GROUP,
@@ -26,7 +29,6 @@ from tests.cluster.support import (
     _can,
     _user_client,
 )
-from tests.utils import kubectl, minimal_job, wait_for
 from tools.crdgen.build import CRD_PATH
 from tools.manifests import DEPLOY, REPO
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from localcluster.jobs import minimal_job
 from render import ValidationError, bounds, parse_mpijob
 from tests.cluster.support import GROUP, PLURAL, VERSION
-from tests.utils import minimal_job
 
 pytestmark = pytest.mark.l1
 

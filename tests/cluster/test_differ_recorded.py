@@ -23,17 +23,17 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from reconcile.engine.differ import plan
-from reconcile.engine.executor import ERR_RESOURCE_EXISTS, execute
+from reconcile.engine.executor import ERR_RESOURCE_EXISTS
 from reconcile.engine.plan import Delete, ObjectKey, Plan
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
-from reconcile.runtime.kube import Kube
-from reconcile.runtime.kubewriter import KubeWriter
 from tests.cluster.served import (
     by_kind,
     desired_for,
     ensure_priority_classes,
+    execute_on,
     get,
     owner_of,
+    plan_now,
     read_back,
     renderable_cases,
     workers_case,
@@ -69,13 +69,13 @@ def test_render_children_on_the_server_need_no_writes(
 
     first = plan(desired, [], POLICY, owner)
     assert len(first.creates) == len(desired)
-    dry = execute(first, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER, dry_run=True)
+    dry = execute_on(dyn, first, dry_run=True)
     assert dry.ok, dry.failures
     assert all(o.result == "created" for o in dry.done)
     with pytest.raises(NotFoundError):
         get(dyn, desired[0])  # a dry run persists nothing
 
-    done = execute(first, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    done = execute_on(dyn, first)
     assert done.ok, done.failures
     assert {c for (_, _, c) in done.request_counts()} == {"201"}
 
@@ -83,7 +83,7 @@ def test_render_children_on_the_server_need_no_writes(
     again = plan(desired, live, POLICY, owner)
     assert not again, f"server defaulting looks like drift:\n{again}"
     # A converged cluster sees zero writes: executing the empty plan sends nothing.
-    assert not execute(again, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).requests
+    assert not execute_on(dyn, again).requests
     # The objects the server returned on create already plan empty too (read your writes).
     assert not plan(desired, [o.object for o in done.done], POLICY, owner)
     if RECORD:
@@ -93,7 +93,7 @@ def test_render_children_on_the_server_need_no_writes(
 def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client: ApiClient) -> None:
     dyn = DynamicClient(api_client)
     desired, owner = workers_case(namespace)
-    assert execute(plan(desired, [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).ok
+    assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
 
     # Pod: labels are patched (server-side apply), spec drift is ignored.
     desired = copy.deepcopy(desired)
@@ -103,9 +103,9 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     cm = by_kind(desired, "ConfigMap")[0]
     key = next(iter(cm["data"]))
     cm["data"][key] += "# changed\n"
-    step = plan(desired, read_back(dyn, desired), POLICY, owner)
+    step = plan_now(dyn, desired, owner)
     assert {str(p.key) for p in step.patches} == {str(ObjectKey.of(worker)), str(ObjectKey.of(cm))}, str(step)
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, step)
     assert result.ok, result.failures
     live = read_back(dyn, desired)
     assert not plan(desired, live, POLICY, owner)
@@ -121,18 +121,17 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     step = plan(smaller, read_back(dyn, desired), POLICY, owner)
     assert [str(d.key) for d in step.deletes] == [str(ObjectKey.of(gone))]
     stale_uid = step.deletes[0].uid
-    assert execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).ok
+    assert execute_on(dyn, step).ok
     with pytest.raises(NotFoundError):
         get(dyn, gone)
     # ... and a delete whose UID no longer matches is refused (409) and reported as retryable.
-    writer = KubeWriter(Kube(dyn.client, qps=0))
-    assert execute(plan([gone], [], POLICY, owner), writer, FIELD_MANAGER).ok  # a successor with a new UID
-    refused = execute(Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)), writer, FIELD_MANAGER)
+    assert execute_on(dyn, plan([gone], [], POLICY, owner)).ok  # a successor with a new UID
+    refused = execute_on(dyn, Plan(deletes=(Delete(ObjectKey.of(gone), "v1", stale_uid),)))
     assert refused.retry and [f.code for f in refused.failures] == ["409"]
     assert get(dyn, gone)["metadata"]["uid"] != stale_uid
 
     # A create planned from a stale cache meets AlreadyExists: re-plan, nothing overwritten.
-    stale_create = execute(plan([cm], [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    stale_create = execute_on(dyn, plan([cm], [], POLICY, owner))
     assert stale_create.replan and not stale_create.failures
 
     # Conflict: a foreign object with a wanted name is reported and left alone.
@@ -147,7 +146,7 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     wanted["metadata"]["name"] = "someone-elses"
     step = plan([wanted], [get(dyn, foreign)], POLICY, owner)
     assert len(step.conflicts) == 1 and step.writes == 0
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER, owner_description="MPIJob")
+    result = execute_on(dyn, step, owner_description="MPIJob")
     assert [e.reason for e in result.events] == [ERR_RESOURCE_EXISTS] and not result.requests
     assert get(dyn, foreign)["data"] == {"x": "1"}
 
@@ -156,7 +155,7 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     dyn = DynamicClient(api_client)
     desired = desired_for("suspended", namespace)
     owner = owner_of(desired)
-    assert execute(plan(desired, [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).ok
+    assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
     job = by_kind(desired, "Job")[0]
     assert get(dyn, job)["spec"]["suspend"] is True
 
@@ -168,14 +167,14 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     tmpl["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/admitted"] = "true"
     step = plan([job], [get(dyn, job)], POLICY, owner)
     assert len(step.patches) == 1, str(step)
-    assert execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).ok
+    assert execute_on(dyn, step).ok
     assert not plan([job], [get(dyn, job)], POLICY, owner)
 
     # Resume: only spec.suspend changes.
     job["spec"]["suspend"] = False
     step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, step)
     assert result.ok, result.failures
     assert get(dyn, job)["spec"]["suspend"] is False
 
@@ -186,7 +185,7 @@ def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api
     job["metadata"]["labels"]["phase"] = "running"
     step = plan([job], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/metadata/labels/phase"]
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, step)
     assert result.ok, result.failures
     live = get(dyn, job)
     assert live["metadata"]["labels"]["phase"] == "running"
@@ -215,16 +214,14 @@ def test_evicted_job_is_suspended_without_touching_its_immutable_template(
     dyn = DynamicClient(api_client)
     desired = desired_for("suspended", namespace)
     owner = owner_of(desired)
-    assert execute(plan(desired, [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER).ok
+    assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
     job = copy.deepcopy(by_kind(desired, "Job")[0])
     tmpl = job["spec"]["template"]["spec"]
     admitted = copy.deepcopy(job)
     admitted["spec"]["suspend"] = False
     admitted["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
     admitted["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
-    result = execute(
-        plan([admitted], [get(dyn, job)], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER
-    )
+    result = execute_on(dyn, plan([admitted], [get(dyn, job)], POLICY, owner))
     assert result.ok, result.failures
     set_start_time(dyn, job, "2026-01-01T00:00:00Z")
 
@@ -232,7 +229,7 @@ def test_evicted_job_is_suspended_without_touching_its_immutable_template(
     assert "nodeSelector" not in tmpl and "tolerations" not in tmpl
     step = plan([evicted], [get(dyn, job)], POLICY, owner)
     assert [op["path"] for op in step.patches[0].json_patch] == ["/spec/suspend"]
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, step)
     assert result.ok, result.failures  # before the fix: 422 spec.template ... field is immutable
     live = get(dyn, job)
     assert live["spec"]["suspend"] is True
@@ -254,9 +251,7 @@ def test_evicted_job_is_suspended_without_touching_its_immutable_template(
     set_start_time(dyn, job, None)
     moved = copy.deepcopy(admitted)
     moved["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "c"}
-    result = execute(
-        plan([moved], [get(dyn, job)], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER
-    )
+    result = execute_on(dyn, plan([moved], [get(dyn, job)], POLICY, owner))
     assert result.ok, result.failures
     live = get(dyn, job)
     assert live["spec"]["suspend"] is False

@@ -16,18 +16,16 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
 from reconcile.engine.differ import plan
-from reconcile.engine.executor import execute
 from reconcile.engine.plan import ObjectKey, Plan
-from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
-from reconcile.runtime.kube import Kube
-from reconcile.runtime.kubewriter import KubeWriter
+from reconcile.mpijob.policy import POLICY
 from tests.cluster.served import (
     by_kind,
     desired_for,
     ensure_priority_classes,
+    execute_on,
     get,
     owner_of,
-    read_back,
+    plan_now,
 )
 
 pytestmark = pytest.mark.l1
@@ -35,16 +33,12 @@ pytestmark = pytest.mark.l1
 
 def create_all(dyn: DynamicClient, desired: list[dict[str, Any]], owner: str) -> None:
     ensure_priority_classes(dyn, desired)
-    result = execute(plan(desired, [], POLICY, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, plan(desired, [], POLICY, owner))
     assert result.ok, result.failures
 
 
-def plan_now(dyn: DynamicClient, desired: list[dict[str, Any]], owner: str) -> Plan:
-    return plan(desired, read_back(dyn, desired), POLICY, owner)
-
-
 def run(dyn: DynamicClient, step: Plan) -> Counter[tuple[str, str, str]]:
-    result = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    result = execute_on(dyn, step)
     assert result.ok, (result.failures, result.retry, result.replan)
     return result.request_counts()
 
@@ -219,7 +213,7 @@ def test_configmap_key_no_longer_rendered_is_removed_and_a_race_retries(
         body={"metadata": {"annotations": {"touched": "yes"}}},
         content_type="application/merge-patch+json",
     )
-    raced = execute(step, KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER)
+    raced = execute_on(dyn, step)
     assert raced.retry and not raced.failures and not raced.events
     assert raced.request_counts() == Counter({("patch", "ConfigMap", "422"): 1})
     assert "old-key" in get(dyn, cm)["data"]
@@ -239,8 +233,6 @@ def test_dry_run_removal_persists_nothing(namespace: str, api_client: ApiClient)
     cm = by_kind(desired, "ConfigMap")[0]
     key = sorted(cm["data"])[0]
     del cm["data"][key]
-    result = execute(
-        plan_now(dyn, desired, owner), KubeWriter(Kube(dyn.client, qps=0)), FIELD_MANAGER, dry_run=True
-    )
+    result = execute_on(dyn, plan_now(dyn, desired, owner), dry_run=True)
     assert result.ok and key not in result.done[0].object["data"]
     assert key in get(dyn, cm)["data"]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.kubectl import KubectlFailed, kubectl
 from tests.cluster.support import GROUP, OPERATOR_SA, _can, _user_client
-from tests.utils import KubectlFailed, kubectl
 from tools.manifests import DEPLOY
 
 pytestmark = pytest.mark.l1

@@ -7,16 +7,16 @@ The process-level scenarios (SIGKILL mid-reconcile, two replicas) are in test_op
 
 from __future__ import annotations
 
-import copy
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from localcluster.e2e import condition_is
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import (
     CONFIGMAP,
-    EVENT,
     JOB,
     MPIJOB,
     POD,
@@ -24,175 +24,30 @@ from reconcile.runtime.kube import (
     SECRET,
     SERVICE,
     VOLCANO_PODGROUP,
-    ApiError,
     Kube,
 )
-from tests.utils import api_writes, controller_uid, pi_job, processed_after_nudge, wait_for
+from tests.cluster.support import (
+    complete_launcher,
+    create_launcher_pod,
+    create_mpijob,
+    events_of,
+    exists,
+    fail_launcher,
+    get_job,
+    has_event,
+    live_workers,
+    now_str,
+    replica_status,
+    run_pods,
+    set_job_status,
+    set_pod_status,
+    start_launcher_pod,
+    wait_workers,
+    workers,
+)
+from tests.utils import api_writes, controller_uid, processed_after_nudge
 
 OPERATOR_LABEL = "training.kubeflow.org/operator-name=mpi-operator"
-
-
-def now_str() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# -- objects --------------------------------------------------------------------------------------------
-def create_mpijob(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-    return kube.create(MPIJOB, namespace, body)
-
-
-def get_job(kube: Kube, ns: str, name: str = "pi") -> dict[str, Any]:
-    return kube.get(MPIJOB, ns, name)
-
-
-def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if c["type"] == ctype:
-            return c
-    return None
-
-
-def has_condition(obj: dict[str, Any], ctype: str, status: str = "True", reason: str | None = None) -> bool:
-    c = condition(obj.get("status") or {}, ctype)
-    return c is not None and c["status"] == status and (reason is None or c.get("reason") == reason)
-
-
-def workers(kube: Kube, ns: str, name: str = "pi") -> list[dict[str, Any]]:
-    pods = kube.list(
-        POD, ns, labelSelector=f"training.kubeflow.org/job-name={name},training.kubeflow.org/job-role=worker"
-    )
-    return sorted(pods["items"], key=lambda p: p["metadata"]["name"])
-
-
-def live_workers(kube: Kube, ns: str, name: str = "pi") -> list[dict[str, Any]]:
-    return [p for p in workers(kube, ns, name) if not p["metadata"].get("deletionTimestamp")]
-
-
-def set_pod_status(
-    kube: Kube, pod: dict[str, Any], phase: str, ready: bool | None = None, **extra: Any
-) -> None:
-    for _ in range(10):
-        cur = kube.get(POD, pod["metadata"]["namespace"], pod["metadata"]["name"])
-        status: dict[str, Any] = {"phase": phase, **extra}
-        if ready is not None:
-            status["conditions"] = [
-                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now_str()}
-            ]
-        cur["status"] = status
-        try:
-            kube.replace(POD, cur, subresource="status")
-            return
-        except ApiError as err:
-            if err.status != 409:
-                raise
-    raise AssertionError("pod status kept conflicting")
-
-
-def set_job_status(kube: Kube, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-    for _ in range(10):
-        cur = kube.get(JOB, ns, name)
-        old = cur.get("status") or {}
-        # startTime may not move or vanish once set on an unsuspended Job
-        cur["status"] = {**status, **({"startTime": old["startTime"]} if old.get("startTime") else {})}
-        try:
-            return kube.replace(JOB, cur, subresource="status")
-        except ApiError as err:
-            if err.status != 409:
-                raise
-    raise AssertionError("job status kept conflicting")
-
-
-def complete_launcher(kube: Kube, ns: str, name: str = "pi-launcher") -> None:
-    t = now_str()
-    set_job_status(
-        kube,
-        ns,
-        name,
-        {
-            "startTime": t,
-            "completionTime": t,
-            "succeeded": 1,
-            "conditions": [
-                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": t, "lastProbeTime": t},
-                {"type": "Complete", "status": "True", "lastTransitionTime": t, "lastProbeTime": t},
-            ],
-        },
-    )
-
-
-def fail_launcher(kube: Kube, ns: str, name: str = "pi-launcher", failed: int = 2) -> None:
-    t = now_str()
-    cond = {"reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}
-    set_job_status(
-        kube,
-        ns,
-        name,
-        {
-            "startTime": t,
-            "failed": failed,
-            "conditions": [
-                {
-                    "type": "FailureTarget",
-                    "status": "True",
-                    "lastTransitionTime": t,
-                    "lastProbeTime": t,
-                    **cond,
-                },
-                {"type": "Failed", "status": "True", "lastTransitionTime": t, "lastProbeTime": t, **cond},
-            ],
-        },
-    )
-
-
-def create_launcher_pod(kube: Kube, ns: str, job_name: str = "pi-launcher", suffix: str = "abcde") -> dict:
-    """What the Job controller would create: a pod from the Job's template, controlled by the Job."""
-    job = kube.get(JOB, ns, job_name)
-    template = copy.deepcopy(job["spec"]["template"])
-    meta = template.get("metadata") or {}
-    meta.pop("ownerReferences", None)
-    meta.update(
-        {
-            "name": f"{job_name}-{suffix}",
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": job_name,
-                    "uid": job["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        }
-    )
-    return kube.create(
-        POD, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
-    )
-
-
-def events_of(kube: Kube, ns: str, name: str = "pi") -> list[tuple[str, str]]:
-    items = kube.list(EVENT, ns)["items"]
-    items = [
-        e
-        for e in items
-        if e["involvedObject"].get("name") == name and e["involvedObject"]["kind"] == "MPIJob"
-    ]
-    items.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
-    return [(e["type"], e["reason"]) for e in items]
-
-
-def has_event(kube: Kube, ns: str, type_: str, reason: str, name: str = "pi") -> bool:
-    return (type_, reason) in events_of(kube, ns, name)
-
-
-def exists(kube: Kube, res: Any, ns: str, name: str) -> bool:
-    try:
-        kube.get(res, ns, name)
-        return True
-    except ApiError as err:
-        if err.status == 404:
-            return False
-        raise
 
 
 # -- upstream's integration scenarios ------------------------------------------------------------------
@@ -206,7 +61,7 @@ def test_mpijob_success(kube, namespace, start_operator):
     svc = wait_for(lambda: kube.get(SERVICE, namespace, "pi"), "Service")
     cm = wait_for(lambda: kube.get(CONFIGMAP, namespace, "pi-config"), "ConfigMap")
     secret = wait_for(lambda: kube.get(SECRET, namespace, "pi-ssh"), "Secret")
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    pods = wait_workers(kube, namespace, 2)
     launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "launcher Job")
     for obj in (svc, cm, secret, launcher, *pods):
         assert controller_uid(obj) == uid, obj["metadata"]["name"]
@@ -221,29 +76,19 @@ def test_mpijob_success(kube, namespace, start_operator):
     assert secret["type"] == "kubernetes.io/ssh-auth"
     assert "pi-worker-1.pi." in cm["data"]["hostfile"]
     created = wait_for(
-        lambda: has_condition(get_job(kube, namespace), "Created") and get_job(kube, namespace), "Created"
+        lambda: condition_is(get_job(kube, namespace), "Created") and get_job(kube, namespace), "Created"
     )
     assert op.metric("mpi_operator_jobs_created_total") == 1
 
-    for pod in pods:
-        set_pod_status(kube, pod, "Running", ready=True)
-    wait_for(
-        lambda: (
-            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
-            .get("Worker", {})
-            .get("active")
-            == 2
-        ),
-        "Worker.active=2",
-    )
-    lpod = create_launcher_pod(kube, namespace)
-    set_pod_status(kube, lpod, "Running", ready=True)
+    run_pods(kube, pods)
+    wait_for(lambda: replica_status(kube, namespace, "Worker") == 2, "Worker.active=2")
+    start_launcher_pod(kube, namespace)
     wait_for(lambda: has_event(kube, namespace, "Normal", "MPIJobRunning"), "event MPIJobRunning")
     running = wait_for(
         lambda: (
             (s := get_job(kube, namespace))["status"]["replicaStatuses"].get("Launcher", {}).get("active")
             == 1
-            and has_condition(s, "Running")
+            and condition_is(s, "Running")
             and s
         ),
         "Launcher.active=1 and Running",
@@ -253,7 +98,7 @@ def test_mpijob_success(kube, namespace, start_operator):
 
     complete_launcher(kube, namespace)
     done = wait_for(
-        lambda: has_condition(s := get_job(kube, namespace), "Succeeded") and s, "Succeeded condition"
+        lambda: condition_is(s := get_job(kube, namespace), "Succeeded") and s, "Succeeded condition"
     )
     assert done["status"]["replicaStatuses"]["Launcher"].get("succeeded") == 1
     assert done["status"].get("completionTime")
@@ -266,26 +111,15 @@ def test_mpijob_success(kube, namespace, start_operator):
 def test_mpijob_waits_for_workers_ready(kube, namespace, start_operator):
     op = start_operator()
     create_mpijob(kube, namespace, pi_job(launcherCreationPolicy="WaitForWorkersReady"))
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
-    for pod in pods:
-        set_pod_status(kube, pod, "Running", ready=False)
-    wait_for(
-        lambda: (
-            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
-            .get("Worker", {})
-            .get("active")
-            == 2
-        ),
-        "Worker.active=2",
-    )
+    pods = wait_workers(kube, namespace, 2)
+    run_pods(kube, pods, ready=False)
+    wait_for(lambda: replica_status(kube, namespace, "Worker") == 2, "Worker.active=2")
     processed_after_nudge(kube, op, namespace, "pi")
     assert not exists(kube, JOB, namespace, "pi-launcher"), "launcher created before the workers were ready"
-    for pod in pods:
-        set_pod_status(kube, pod, "Running", ready=True)
+    run_pods(kube, pods)
     wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job once workers are ready")
-    lpod = create_launcher_pod(kube, namespace)
-    set_pod_status(kube, lpod, "Running", ready=True)
-    wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running condition")
+    start_launcher_pod(kube, namespace)
+    wait_for(lambda: condition_is(get_job(kube, namespace), "Running"), "Running condition")
 
 
 def launcher_template_spec(kube: Kube, ns: str) -> dict[str, Any]:
@@ -300,7 +134,7 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
     assert has_event(kube, namespace, "Normal", "MPIJobCreated")
     launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "suspended launcher Job")
     assert launcher["spec"]["suspend"] is True
-    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Suspended") and s, "Suspended")
+    job = wait_for(lambda: condition_is(s := get_job(kube, namespace), "Suspended") and s, "Suspended")
     assert not job["status"].get("startTime")
     assert workers(kube, namespace) == []
     # What the Job controller does for a suspended Job, so the #772 path is exercised.
@@ -332,7 +166,7 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
     job = wait_for(
         lambda: (s := get_job(kube, namespace))["status"].get("startTime") and s, "startTime after resume"
     )
-    assert has_condition(job, "Suspended", "False")
+    assert condition_is(job, "Suspended", "False")
 
     # suspend again: launcher suspended, workers deleted, Running False
     job = get_job(kube, namespace)
@@ -343,7 +177,7 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
         "launcher suspended again",
     )
     wait_for(lambda: live_workers(kube, namespace) == [], "workers deleted on suspend")
-    wait_for(lambda: has_condition(get_job(kube, namespace), "Running", "False"), "Running=False")
+    wait_for(lambda: condition_is(get_job(kube, namespace), "Running", "False"), "Running=False")
 
     # change the template while suspended and resume: the new directives propagate
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str()})
@@ -380,27 +214,18 @@ def test_mpijob_suspend_and_resume_with_scheduling_directives(kube, namespace, s
 def test_mpijob_failure(kube, namespace, start_operator):
     op = start_operator()
     create_mpijob(kube, namespace, pi_job())
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
-    for pod in pods:
-        set_pod_status(kube, pod, "Running", ready=True)
+    pods = wait_workers(kube, namespace, 2)
+    run_pods(kube, pods)
     wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job")
     # one failed launcher pod does not fail the job
     lpod = create_launcher_pod(kube, namespace, suffix="aaaaa")
     set_pod_status(kube, lpod, "Failed")
     set_job_status(kube, namespace, "pi-launcher", {"startTime": now_str(), "failed": 1})
-    wait_for(
-        lambda: (
-            ((get_job(kube, namespace).get("status") or {}).get("replicaStatuses") or {})
-            .get("Launcher", {})
-            .get("failed")
-            == 1
-        ),
-        "Launcher.failed=1",
-    )
-    assert not has_condition(get_job(kube, namespace), "Failed")
+    wait_for(lambda: replica_status(kube, namespace, "Launcher", "failed") == 1, "Launcher.failed=1")
+    assert not condition_is(get_job(kube, namespace), "Failed")
 
     fail_launcher(kube, namespace, failed=2)
-    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Failed") and s, "Failed condition")
+    job = wait_for(lambda: condition_is(s := get_job(kube, namespace), "Failed") and s, "Failed condition")
     assert job["status"]["replicaStatuses"]["Launcher"]["failed"] == 2
     assert job["status"].get("completionTime")
     wait_for(lambda: live_workers(kube, namespace) == [], "workers deleted")
@@ -421,7 +246,7 @@ def test_mpijob_with_scheduler_plugins(kube, namespace, start_operator, podgroup
     pg = wait_for(lambda: kube.get(SCHED_PLUGINS_PODGROUP, namespace, "pi"), "scheduler-plugins PodGroup")
     assert pg["spec"]["minMember"] == 3
     assert pg["spec"]["scheduleTimeoutSeconds"] == 900
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    pods = wait_workers(kube, namespace, 2)
     assert pods[0]["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
     assert pods[0]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "pi"
     job = get_job(kube, namespace)
@@ -442,7 +267,7 @@ def test_mpijob_with_volcano(kube, namespace, start_operator, podgroup_crds):
     pg = wait_for(lambda: kube.get(VOLCANO_PODGROUP, namespace, "pi"), "volcano PodGroup")
     assert pg["spec"]["minMember"] == 3
     assert pg["spec"]["queue"] == "q1"
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    pods = wait_workers(kube, namespace, 2)
     assert pods[0]["spec"]["schedulerName"] == "volcano"
     assert pods[0]["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "pi"
     job = get_job(kube, namespace)
@@ -501,13 +326,11 @@ def test_foreign_configmap_is_left_alone_and_reported(kube, namespace, start_ope
 def test_no_writes_once_converged(kube, namespace, start_operator):
     op = start_operator()
     create_mpijob(kube, namespace, pi_job(workers=3))
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
-    for pod in pods:
-        set_pod_status(kube, pod, "Running", ready=True)
+    pods = wait_workers(kube, namespace, 3)
+    run_pods(kube, pods)
     wait_for(lambda: exists(kube, JOB, namespace, "pi-launcher"), "launcher Job")
-    lpod = create_launcher_pod(kube, namespace)
-    set_pod_status(kube, lpod, "Running", ready=True)
-    wait_for(lambda: has_condition(get_job(kube, namespace), "Running"), "Running")
+    start_launcher_pod(kube, namespace)
+    wait_for(lambda: condition_is(get_job(kube, namespace), "Running"), "Running")
     processed_after_nudge(kube, op, namespace, "pi")  # every write the Running state causes is done
     before = api_writes(op)
     rv_before = {

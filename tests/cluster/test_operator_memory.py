@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import MPIJOB, POD
-from tests.utils import pi_job, wait_for
 
 JOBS = 200
 WORKERS = 4

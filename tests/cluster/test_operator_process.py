@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.utils import api_writes, controller_uid, pi_job, processed_after_nudge, wait_for
+from tests.utils import api_writes, controller_uid, processed_after_nudge
 
 JOBS = 6
 WORKERS = 3

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localcluster.e2e import condition_is
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
 from tests.cluster.support import plan
-from tests.utils import REPO, has_condition, pi_job, wait_for
+from tests.utils import REPO
 
 pytestmark = pytest.mark.l1
 
@@ -62,7 +65,7 @@ def test_plan_and_kubectl_diff_after_convergence_and_drift(
     op = start_operator()
     kube.create(MPIJOB, namespace, pi_job("pi"))
     wait_for(lambda: len(children(kube, namespace)) == 6, "children")
-    wait_for(lambda: has_condition(kube.get(MPIJOB, namespace, "pi"), "Created"), "Created")
+    wait_for(lambda: condition_is(kube.get(MPIJOB, namespace, "pi"), "Created"), "Created")
     op.stop()
 
     code, report = plan(l1_cluster.kubeconfig, "pi", "-n", namespace)

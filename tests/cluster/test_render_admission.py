@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from localcluster.jobs import minimal_job
 from render.admission import admit
 from tests.cluster.support import GROUP, PLURAL, VERSION
-from tests.utils import minimal_job
 
 pytestmark = pytest.mark.l1
 

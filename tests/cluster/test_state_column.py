@@ -11,8 +11,9 @@ import json
 
 import pytest
 
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import MPIJOB, ApiError, Kube
-from tests.utils import pi_job, wait_for
 
 pytestmark = pytest.mark.l1
 

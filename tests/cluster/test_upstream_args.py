@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from localcluster.jobs import pi_job
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import MPIJOB
 from tests.upstream_source import upstream_manifests
-from tests.utils import pi_job, wait_for
 
 VARIANTS = ("base", "overlays/standalone", "overlays/kubeflow", "overlays/dev")
 

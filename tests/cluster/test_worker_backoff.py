@@ -10,19 +10,21 @@ from typing import Any
 
 import pytest
 
+from localcluster.e2e import condition_is, conditions
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import JOB, POD, Kube
 from render import failures
-from tests.cluster.test_operator import (
-    condition,
+from tests.cluster.support import (
     create_mpijob,
     get_job,
-    has_condition,
     has_event,
     live_workers,
     set_pod_status,
+    wait_workers,
     workers,
 )
-from tests.utils import TEST_FINALIZER, pi_job, seconds_between, wait_for
+from tests.utils import TEST_FINALIZER, seconds_between
 
 MESSAGE = "sshd: no hostkeys available -- exiting."
 BACKOFF = failures.BACKOFF_BASE_SECONDS  # a worker's first failure
@@ -72,7 +74,7 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
 ):
     start_operator()
     create_mpijob(kube, namespace, pi_job(run_policy={"backoffLimit": 2}))
-    first = wait_for(lambda: len(workers(kube, namespace)) == 2 and workers(kube, namespace), "2 workers")
+    first = wait_workers(kube, namespace, 2)
     created = {uid(p) for p in first}
     wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "launcher Job")
 
@@ -81,8 +83,8 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
     name0 = first[0]["metadata"]["name"]
     kube.patch(POD, namespace, name0, {"metadata": {"finalizers": [TEST_FINALIZER]}})
     finished = crash(kube, first[0])
-    wait_for(lambda: has_condition(get_job(kube, namespace), "Restarting"), "Restarting")
-    restarting = condition(get_job(kube, namespace)["status"], "Restarting")
+    wait_for(lambda: condition_is(get_job(kube, namespace), "Restarting"), "Restarting")
+    restarting = conditions(get_job(kube, namespace)).get("Restarting")
     assert MESSAGE in restarting["message"] and "pi-worker-0" in restarting["message"], restarting
     deleted = wait_for(
         lambda: (p := kube.get(POD, namespace, name0))["metadata"].get("deletionTimestamp") and p,
@@ -110,8 +112,8 @@ def test_a_crashing_worker_is_replaced_after_its_backoff_and_the_bound_fails_the
     # failures 2 and 3 (worker 1, then worker 0 again): 3 > backoffLimit 2
     crash(kube, second[1])
     crash(kube, second[0])
-    job = wait_for(lambda: has_condition(s := get_job(kube, namespace), "Failed") and s, "Failed", timeout=20)
-    failed = condition(job["status"], "Failed")
+    job = wait_for(lambda: condition_is(s := get_job(kube, namespace), "Failed") and s, "Failed", timeout=20)
+    failed = conditions(job).get("Failed")
     assert failed["reason"] == "WorkerBackoffLimitExceeded", failed
     assert "more than backoffLimit 2" in failed["message"] and MESSAGE in failed["message"], failed
     assert "pod pi-worker-" in failed["message"], failed

@@ -14,21 +14,18 @@ import pytest
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds
+from localcluster.jobs import pi_job
+from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
-from reconcile.runtime.kube import EVENT, JOB, MPIJOB, POD, WORKLOAD_V1ALPHA1, Kube
+from localcluster.wait import wait_for
+from reconcile.runtime.kube import EVENT, JOB, MPIJOB, WORKLOAD_V1ALPHA1, Kube
 from render.gang import GANG_SCHEDULED, REASON_UNAVAILABLE
-from tests.cluster.support import plan
-from tests.utils import kubectl, pi_job, wait_for
+from tests.cluster.support import plan, wait_workers, workers
 from tools.crdgen.build import CRD_PATH
 
 pytestmark = pytest.mark.l1
 
 REF = {"name": "pi", "podGroup": "workers"}
-
-
-def workers(kube: Kube, namespace: str) -> list[dict[str, Any]]:
-    pods = kube.list(POD, namespace, labelSelector="training.kubeflow.org/job-role=worker")["items"]
-    return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
 def min_count(workload: dict[str, Any]) -> int:
@@ -55,7 +52,7 @@ def test_the_workload_follows_the_worker_count(
     start_operator("--gang-scheduling=kubernetes")
     first = wait_for(lambda: kube.get(WORKLOAD_V1ALPHA1, namespace, "pi"), "the Workload")
     assert min_count(first) == 3
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 3 and workers(kube, namespace), "3 workers")
+    pods = wait_workers(kube, namespace, 3)
     assert [p["spec"].get("workloadRef") for p in pods] == [REF] * 3
     launcher = wait_for(lambda: kube.get(JOB, namespace, "pi-launcher"), "the launcher Job")
     assert "workloadRef" not in launcher["spec"]["template"]["spec"]
@@ -77,7 +74,7 @@ def test_the_workload_follows_the_worker_count(
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in workers(kube, namespace)} == kept
     set_workers(kube, namespace, 4)
     wait_for(lambda: replaced(4, second["metadata"]["uid"]), "the Workload with minCount 4")
-    pods = wait_for(lambda: len(workers(kube, namespace)) == 4 and workers(kube, namespace), "4 workers")
+    pods = wait_workers(kube, namespace, 4)
     assert [p["spec"].get("workloadRef") for p in pods] == [REF] * 4
 
 
@@ -125,7 +122,7 @@ def test_no_workload_api_is_said_at_start_and_on_each_job(
             gang = wait_for(said, "the GangScheduled condition")
             assert (gang["status"], gang["reason"]) == ("False", REASON_UNAVAILABLE), gang
             assert "serves no Workload API" in gang["message"]
-            pods = wait_for(lambda: len(workers(kube, "jobs")) == 2 and workers(kube, "jobs"), "2 workers")
+            pods = wait_workers(kube, "jobs", 2)
             assert all("workloadRef" not in p["spec"] for p in pods)
             warnings = wait_for(
                 lambda: [

@@ -1,4 +1,4 @@
-"""L2 end-to-end fixtures (helpers in support.py): the session's local cluster with
+"""L2 end-to-end fixtures (helpers in localcluster/e2e.py and support.py): the session's local cluster with
 `deploy/base-no-operator` installed, the operator as its own process under the mpi-operator
 ServiceAccount's RBAC (never admin), and an `E2E` helper per test.
 
@@ -19,19 +19,18 @@ import pytest
 
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.cluster import wait_for_crds
+from localcluster.e2e import E2E, apply_base
+from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
-from tests.e2e.support import E2E, REPO, operator_runner
-from tests.utils import PODGROUP_CRD_FILES, kubectl
+from tests.utils import PODGROUP_CRD_FILES, operator_for, running_again
 from tests.utils import podgroup_crds as podgroup_crd_docs
 
 
 @pytest.fixture(scope="session")
 def e2e_cluster(l2_cluster: LocalCluster) -> LocalCluster:
     """The session's L2 cluster with the CRD, namespace and RBAC of deploy/base-no-operator applied."""
-    kubectl(l2_cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-    with l2_cluster.api_client() as api:
-        wait_for_crds(api, ["mpijobs.kubeflow.org"])
+    apply_base(l2_cluster)
     return l2_cluster
 
 
@@ -46,8 +45,7 @@ def podgroup_crds(e2e_cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="session")
 def operator(e2e_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorRunner]:
-    with operator_runner(e2e_cluster, tmp_path_factory.mktemp("operator") / "operator.log") as op:
-        yield op
+    yield from operator_for(e2e_cluster, tmp_path_factory)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -79,9 +77,7 @@ def kube(e2e_cluster: LocalCluster) -> Iterator[Kube]:
 
 @pytest.fixture
 def e2e(e2e_cluster: LocalCluster, kube: Kube, namespace: str, operator: OperatorRunner) -> E2E:
-    if not operator.alive():  # its death failed the test during which it died (tests/conftest.py)
-        operator.check()  # raises if that was not told yet
-        operator.start()
+    running_again(operator)
     return E2E(e2e_cluster, kube, namespace, operator)
 
 

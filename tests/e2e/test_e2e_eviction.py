@@ -13,9 +13,10 @@ import re
 
 import pytest
 
+from localcluster.e2e import E2E, HOLD, name_of, phase, pod_ready
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import JOB
-from tests.e2e.support import E2E, HOLD, labelled_node, name_of, phase, pod_ready
-from tests.utils import pi_job
+from tests.e2e.support import labelled_node
 
 pytestmark = pytest.mark.l2
 

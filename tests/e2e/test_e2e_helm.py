@@ -15,10 +15,11 @@ import yaml
 
 from localcluster import LocalCluster
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.e2e import condition_is
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import MPIJOB, Kube
-from tests.e2e.support import REPO, condition_is
-from tests.utils import wait_for
+from tests.utils import REPO
 
 pytestmark = pytest.mark.l2
 

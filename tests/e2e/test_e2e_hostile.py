@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from localcluster.e2e import E2E, conditions, name_of, phase
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import JOB, POD, ApiError
-from tests.e2e.support import E2E, conditions, name_of, phase
-from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 

@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.e2e import E2E, HOLD, KNOB, condition_is, conditions, name_of, phase, pod_ready
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import JOB, POD
-from tests.e2e.support import (
-    E2E,
-    HOLD,
-    KNOB,
-    condition_is,
-    conditions,
-    labelled_node,
-    name_of,
-    phase,
-    pod_ready,
-)
-from tests.utils import TEST_FINALIZER, pi_job, processed_after_nudge, seconds_between
+from tests.e2e.support import labelled_node
+from tests.utils import TEST_FINALIZER, processed_after_nudge, seconds_between
 
 pytestmark = pytest.mark.l2
 

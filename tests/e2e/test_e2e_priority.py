@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client, config
 
 from localcluster import LocalCluster
-from tests.utils import wait_for
+from localcluster.e2e import SA_USER
+from localcluster.wait import wait_for
 
 pytestmark = pytest.mark.l2
 
-SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 LEVEL_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 
 

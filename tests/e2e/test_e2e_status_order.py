@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from localcluster.e2e import E2E, conditions
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, ApiError
-from tests.e2e.support import E2E, conditions
-from tests.utils import pi_job
 
 pytestmark = pytest.mark.l2
 

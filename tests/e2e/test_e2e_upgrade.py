@@ -13,11 +13,14 @@ import pytest
 import yaml
 
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.e2e import HOLD, KNOB, condition_is
+from localcluster.jobs import pi_job
+from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import JOB, MPIJOB, POD, Kube
-from tests.e2e.support import HOLD, KNOB, REPO, condition_is
 from tests.upstream_source import upstream_manifests
-from tests.utils import kubectl, pi_job, wait_for
+from tests.utils import REPO
 
 pytestmark = pytest.mark.l2
 

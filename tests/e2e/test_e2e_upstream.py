@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.e2e import E2E, KNOB, condition_is, conditions, phase
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import CONFIGMAP, JOB, SECRET
-from tests.e2e.support import E2E, KNOB, condition_is, conditions, phase
-from tests.utils import pi_job, processed_after_nudge
+from tests.utils import processed_after_nudge
 
 pytestmark = pytest.mark.l2
 

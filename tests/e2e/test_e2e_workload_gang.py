@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster
+from localcluster.e2e import E2E, HOLD, condition_is, conditions
+from localcluster.jobs import pi_job
 from localcluster.nodes import fake_node
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import NODE, WORKLOAD_V1ALPHA1, ApiError, Kube, Resource
 from render.gang import GANG_SCHEDULED, REASON_UNSCHEDULABLE
-from tests.e2e.support import E2E, HOLD, Placements, condition_is, conditions, wait_unschedulable
-from tests.utils import pi_job
+from tests.e2e.support import Placements, wait_unschedulable
 
 pytestmark = [pytest.mark.l2, pytest.mark.gang]
 

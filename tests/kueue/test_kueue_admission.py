@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.kueue.conftest import KueueE2E, active_replicas, condition_true, queued_job, suspended
+from localcluster.e2e import condition_is
+from tests.kueue.support import KueueE2E, active_replicas, queued_job, suspended
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -48,7 +49,7 @@ def test_quota_for_one_runs_three_jobs_one_at_a_time_in_order(kq: KueueE2E) -> N
         kq.wait_admitted(name, "plain")
         kq.wait_running(name)
         for waiting in names[i + 1 :]:
-            assert not condition_true(kq.workload(waiting), "QuotaReserved"), waiting
+            assert not condition_is(kq.workload(waiting), "QuotaReserved"), waiting
             assert suspended(kq.get(waiting)), waiting
             assert kq.pods(waiting) == [], f"{waiting} has pods while it waits"
         kq.wait_quota(3)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.e2e import condition_is
 from reconcile.runtime.kube import JOB
-from tests.kueue.conftest import POOL, KueueE2E, condition_true, queued_job, suspended
+from tests.kueue.support import POOL, KueueE2E, queued_job, suspended
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -60,9 +61,9 @@ def test_deactivated_job_stops_then_is_readmitted_on_another_flavor(kq: KueueE2E
         tmpl = stopped["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
         assert not tmpl.get("nodeSelector"), role
         assert toleration("a") not in (tmpl.get("tolerations") or []), role
-    assert condition_true(stopped, "Suspended")
+    assert condition_is(stopped, "Suspended")
     kq.wait_for(lambda: kq.usage().get("pool-a", 0) == 0, "pool-a quota released", timeout=30)
-    assert not condition_true(kq.workload("first"), "QuotaReserved")
+    assert not condition_is(kq.workload("first"), "QuotaReserved")
 
     kq.submit(queued_job("second"))
     kq.wait_admitted("second", "pool-a")
@@ -73,7 +74,7 @@ def test_deactivated_job_stops_then_is_readmitted_on_another_flavor(kq: KueueE2E
     kq.set_active("first", True)
     kq.wait_admitted("first", "pool-b")
     resumed = kq.wait_running("first")
-    assert not condition_true(resumed, "Suspended")
+    assert not condition_is(resumed, "Suspended")
     assert_on_pool(kq, "first", "b")
 
     for name in ("first", "second"):

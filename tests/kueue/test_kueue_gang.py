@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.e2e import conditions
 from render.gang import GANG_SCHEDULED, REASON_SCHEDULED
-from tests.e2e.support import Placements, conditions, wait_unschedulable
-from tests.kueue.conftest import KueueE2E, queued_job
+from tests.e2e.support import Placements, wait_unschedulable
+from tests.kueue.support import KueueE2E, queued_job
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue, pytest.mark.gang]
 

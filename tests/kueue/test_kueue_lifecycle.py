@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.e2e import condition_is
 from reconcile.runtime.kube import CONFIGMAP, JOB, SECRET, SERVICE
-from tests.kueue.conftest import KueueE2E, Timeline, active_replicas, condition_true, queued_job
+from tests.kueue.support import KueueE2E, Timeline, active_replicas, queued_job
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -28,7 +29,7 @@ def test_workers_scaled_while_admitted_run_under_a_new_workload(kq: KueueE2E) ->
         ok = (
             wl is not None
             and wl["metadata"]["uid"] != old["metadata"]["uid"]
-            and condition_true(wl, "Admitted")
+            and condition_is(wl, "Admitted")
         )
         return wl if ok else None
 

@@ -23,25 +23,24 @@ from typing import Any
 import pytest
 
 from localcluster import ClusterSpec, LocalCluster
-from localcluster.cluster import wait_for_crds
+from localcluster.e2e import KNOB, condition_is, name_of, phase, running_with_base
 from localcluster.kueue import Kueue, KueueSpec
 from localcluster.nodes import fake_node
 from localcluster.operator import OperatorRunner
-from reconcile.runtime.kube import EVENT, JOB, POD, Kube
+from localcluster.wait import wait_for
+from reconcile.runtime.kube import EVENT, JOB, POD
 from render.phases import pod_running_start
 from render.timeutil import parse_time
-from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import KNOB, REPO, name_of, operator_runner, phase
-from tests.kueue.conftest import (
+from tests.kueue.support import (
     KUEUE_API,
     POOL,
     RESOURCE_FLAVOR,
     KueueE2E,
     Timeline,
-    condition_true,
     queued_job,
+    running_kueue,
 )
-from tests.utils import Versions, kubectl, seconds_between, wait_for
+from tests.utils import Versions, operator_for, seconds_between, skip_without_cluster
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -66,40 +65,27 @@ LATE = "late"  # a flavor whose node does not exist until the test adds it
 # -- this module's cluster, Kueue and operator ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kueue_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    if _skip_cluster(request.config):
-        pytest.skip(f"--skip-cluster or {SKIP_ENV}=1 given")
-    cluster = LocalCluster(ClusterSpec(tier="l2", nodes=2))
-    cluster.start()
-    try:
-        kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        with cluster.api_client() as api:
-            wait_for_crds(api, ["mpijobs.kubeflow.org"])
+    skip_without_cluster(request.config)
+    with running_with_base(LocalCluster(ClusterSpec(tier="l2", nodes=2))) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")
 def kueue(kueue_cluster: LocalCluster) -> Iterator[Kueue]:
-    kq = Kueue(kueue_cluster, KueueSpec(config=KUEUE_CONFIG)).start()
-    try:
-        with kueue_cluster.api_client() as api:
-            kube = Kube(api, qps=0)
-            for name, labels in (("plain", {}), (LATE, {POOL: LATE})):
-                flavor = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": name}}
-                flavor["spec"] = {"nodeLabels": labels} if labels else {}
-                kube.create(RESOURCE_FLAVOR, None, flavor)
+    flavors = []
+    for name, labels in (("plain", {}), (LATE, {POOL: LATE})):
+        flavor = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": name}}
+        flavor["spec"] = {"nodeLabels": labels} if labels else {}
+        flavors.append((RESOURCE_FLAVOR, flavor))
+    with running_kueue(kueue_cluster, flavors, KueueSpec(config=KUEUE_CONFIG)) as kq:
         yield kq
-    finally:
-        kq.stop()
 
 
 @pytest.fixture(scope="module")
 def operator(
     kueue_cluster: LocalCluster, kueue: Kueue, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorRunner]:
-    with operator_runner(kueue_cluster, tmp_path_factory.mktemp("operator") / "operator.log") as op:
-        yield op
+    yield from operator_for(kueue_cluster, tmp_path_factory)
 
 
 # -- measuring ------------------------------------------------------------------------------------------
@@ -150,6 +136,22 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
 
 
+def running_after_pods(
+    kq: KueueE2E, tl: Timeline, pods_what: str, pods_mark: str, running_what: str
+) -> tuple[dict[str, Any], float, float]:
+    """Until every pod of "pi" runs, then until the job is Running=True, each marked on `tl`: the job,
+    the seconds from the last pod's start to Running=True (their timestamps), and the seconds between
+    seeing the one and the other."""
+    pods, pods_seen = until(lambda: all_running(kq, "pi", 2), pods_what, 60, kq, "pi")
+    tl.mark(f"{pods_mark} (seen)")
+    job, running_seen = until(
+        lambda: condition_is(m := kq.get("pi"), "Running") and m, running_what, 30, kq, "pi"
+    )
+    tl.mark(f"{running_what} (seen)")
+    last_pod = max(t for p in pods if (t := pod_running_start(p)) is not None)
+    return job, seconds_between(last_pod, ltt(job, "Running")), running_seen - pods_seen
+
+
 # -- the contract -----------------------------------------------------------------------------------------
 def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     kq.queue([("plain", "10")])
@@ -160,15 +162,7 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
     tl.mark("admitted")
 
     # 1. Running=True after the last pod runs.
-    pods, pods_seen = until(lambda: all_running(kq, "pi", 2), "every pod Running", 60, kq, "pi")
-    tl.mark("every pod Running (seen)")
-    job, running_seen = until(
-        lambda: condition_true(m := kq.get("pi"), "Running") and m, "Running=True", 30, kq, "pi"
-    )
-    tl.mark("Running=True (seen)")
-    last_pod = max(t for p in pods if (t := pod_running_start(p)) is not None)
-    up = seconds_between(last_pod, ltt(job, "Running"))
-    seen = running_seen - pods_seen
+    job, up, seen = running_after_pods(kq, tl, "every pod Running", "every pod Running", "Running=True")
     figures = [f"Running=True {up:.0f} s after the last pod's start (timestamps), seen {seen:.2f} s later"]
     assert -1 <= up <= BOUND
     wl = kq.wait_workload("pi", "PodsReady", timeout=30)
@@ -182,10 +176,10 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
         lost, lost_seen = until(failed, "pi-worker-1 Failed", 30, kq, "pi")
     tl.mark("worker lost (seen)")
     job, down_seen = until(
-        lambda: not condition_true(m := kq.get("pi"), "Running") and m, "Running no longer True", 30, kq, "pi"
+        lambda: not condition_is(m := kq.get("pi"), "Running") and m, "Running no longer True", 30, kq, "pi"
     )
     tl.mark("Running no longer True (seen)")
-    assert condition_true(job, "Restarting") and reason(job, "Restarting") == "MPIJobEvicted", job["status"]
+    assert condition_is(job, "Restarting") and reason(job, "Restarting") == "MPIJobEvicted", job["status"]
     # Running is not kept False beside Restarting (upstream's conditions replace each other): Kueue reads
     # "no Running=True" as not ready either way.
     running = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
@@ -205,19 +199,13 @@ def test_running_follows_the_pods_and_a_lost_worker(kq: KueueE2E) -> None:
         f"Workload PodsReady=False ({reason(wl, 'PodsReady')}) {kueue_down:.0f} s after Restarting"
     )
 
-    pods, pods_seen = until(lambda: all_running(kq, "pi", 2), "the replacement Running", 60, kq, "pi")
-    tl.mark("replacement Running (seen)")
-    job, back_seen = until(
-        lambda: condition_true(m := kq.get("pi"), "Running") and m, "Running=True again", 30, kq, "pi"
+    job, back, seen = running_after_pods(
+        kq, tl, "the replacement Running", "replacement Running", "Running=True again"
     )
-    tl.mark("Running=True again (seen)")
-    last_pod = max(t for p in pods if (t := pod_running_start(p)) is not None)
-    back = seconds_between(last_pod, ltt(job, "Running"))
-    seen = back_seen - pods_seen
     figures.append(f"Running=True again {back:.0f} s after the replacement's start, seen {seen:.2f} s later")
     assert -1 <= back <= BOUND
     wl = kq.wait_workload("pi", "PodsReady", timeout=30)
-    assert not condition_true(wl, "Evicted"), wl["status"]  # recovered well within the recovery timeout
+    assert not condition_is(wl, "Evicted"), wl["status"]  # recovered well within the recovery timeout
 
     kq.release_launcher("pi")
     kq.wait_condition("pi", "Succeeded")
@@ -252,7 +240,7 @@ def test_a_job_that_cannot_start_is_evicted_requeued_and_then_runs(kq: KueueE2E)
     assert all(phase(p) == "Pending" for p in kq.pods("slow"))
 
     wl = kq.wait_for(
-        lambda: (w := kq.workload("slow")) and condition_true(w, "Evicted") and w,
+        lambda: (w := kq.workload("slow")) and condition_is(w, "Evicted") and w,
         "evicted for PodsReady timeout",
         PODS_READY_TIMEOUT + 40,
         "slow",
@@ -268,7 +256,7 @@ def test_a_job_that_cannot_start_is_evicted_requeued_and_then_runs(kq: KueueE2E)
     def suspended_by_eviction() -> bool:
         m = kq.get("slow")
         resumed = ltt(m, "Suspended", "False")
-        return condition_true(m, "Suspended") or (resumed is not None and resumed >= evicted_at)
+        return condition_is(m, "Suspended") or (resumed is not None and resumed >= evicted_at)
 
     kq.wait_for(suspended_by_eviction, "the MPIJob suspended by the eviction", 30, "slow")
     tl.mark("suspended")

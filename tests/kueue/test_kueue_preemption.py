@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kueue.conftest import POOL, KueueE2E, Timeline, condition_true, queued_job, suspended
+from localcluster.e2e import condition_is
+from tests.kueue.support import POOL, KueueE2E, Timeline, queued_job, suspended
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 
@@ -37,7 +38,7 @@ def test_higher_priority_preempts_a_running_job_on_a_flavor_with_node_labels(kq:
     tl.mark("high Running")
     assert all(n.startswith("pool-a-") for n in kq.nodes_of("high").values())
     assert suspended(kq.get("low")) and not kq.pods("low")
-    assert not condition_true(kq.workload("low"), "QuotaReserved")
+    assert not condition_is(kq.workload("low"), "QuotaReserved")
 
     kq.release_launcher("high")
     kq.wait_condition("high", "Succeeded")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kueue.conftest import RACK, RACK_SIZE, KueueE2E, queued_job, rack_node, with_template_annotations
+from tests.kueue.support import RACK, RACK_SIZE, KueueE2E, queued_job, rack_node, with_template_annotations
 
 pytestmark = [pytest.mark.l2, pytest.mark.kueue]
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"

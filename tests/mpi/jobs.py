@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from localcluster.jobs import minimal_job
 from tests.mpi.images import IMAGES
-from tests.utils import minimal_job
 
 NS = "l3"
 

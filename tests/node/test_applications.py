@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from localcluster.e2e import condition_is, name_of
+from localcluster.jobs import example
+from localcluster.realnode import NodeE2E, on_real_nodes
 from reconcile.runtime.kube import CONFIGMAP
-from tests.e2e.support import condition_is, name_of
-from tests.node.conftest import REAL_NODES, NodeE2E
-from tests.node.jobs import on_real_nodes
-from tests.utils import example
+from tests.node.support import REAL_NODES
 
 pytestmark = pytest.mark.l4
 

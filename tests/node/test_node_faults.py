@@ -15,14 +15,16 @@ from typing import Any
 
 import pytest
 
+from localcluster.e2e import condition_is, conditions, name_of, phase
+from localcluster.kubectl import kubectl
 from localcluster.nodes import node_ready
+from localcluster.realnode import NodeE2E, node_job, set_mpirun_args
 from localcluster.sandbox import seal
+from localcluster.wait import wait_for
 from render.names import LABEL_JOB_NAME, LABEL_JOB_ROLE, WORKER_FAILURES_ANNOTATION
 from render.nodes import OUT_OF_SERVICE
-from tests.e2e.support import condition_is, conditions, name_of, phase
-from tests.node.conftest import NODES, NodeE2E
-from tests.node.jobs import node_job, set_mpirun_args
-from tests.utils import Polling, kubectl, wait_for
+from tests.node.support import NODES
+from tests.utils import Polling
 
 pytestmark = pytest.mark.l4
 

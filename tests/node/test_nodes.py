@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster
+from localcluster.e2e import condition_is, name_of
 from localcluster.images.build import image_names
 from localcluster.nodes import node_ready, sleeping_pod
 from localcluster.processes import start_time
+from localcluster.realnode import NodeE2E, node_job, pi_value, rank_hosts, set_mpirun_args
 from localcluster.sandbox import RealCluster, cgroups, seal
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import POD
 from render.names import LABEL_JOB_ROLE
-from tests.e2e.support import condition_is, name_of
-from tests.node.conftest import NODES, REAL_NODES, NodeE2E, processes_named
-from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
-from tests.utils import wait_for
+from tests.node.support import NODES, REAL_NODES, processes_named
 
 pytestmark = pytest.mark.l4
 

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
+from localcluster.e2e import condition_is, name_of
 from localcluster.operator import OperatorRunner
+from localcluster.realnode import NodeE2E, node_job
 from render.timeutil import parse_time
-from tests.e2e.support import condition_is, name_of
-from tests.node.conftest import NodeE2E
-from tests.node.jobs import node_job
 from tests.utils import Polling
 
 pytestmark = pytest.mark.l4

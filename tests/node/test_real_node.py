@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.support import condition_is, conditions, name_of
-from tests.node.conftest import NodeE2E, sshd_processes
-from tests.node.jobs import node_job, pi_value, rank_hosts, set_mpirun_args
+from localcluster.e2e import condition_is, conditions, name_of
+from localcluster.realnode import NodeE2E, node_job, pi_value, rank_hosts, set_mpirun_args
+from tests.node.support import sshd_processes
 
 pytestmark = pytest.mark.l4
 
@@ -124,8 +124,9 @@ def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
     """deploy/ as users apply it (restricted Pod Security, probes, RBAC as shipped), with the operator's
     image built here from the same Debian base; the process operator steps aside meanwhile."""
     from localcluster.images.build import OPERATOR_IMAGE
-    from tests.e2e.support import REPO
-    from tests.utils import kubectl, wait_for
+    from localcluster.kubectl import kubectl
+    from localcluster.wait import wait_for
+    from tests.utils import REPO
 
     cluster, op = node_e2e.cluster, node_e2e.operator
     op.stop()

@@ -8,11 +8,10 @@ import time
 
 import pytest
 
+from localcluster.e2e import conditions, name_of
+from localcluster.kubectl import kubectl
+from localcluster.realnode import NodeE2E, node_job
 from reconcile.runtime.kube import EVENT
-from tests.e2e.support import conditions, name_of
-from tests.node.conftest import NodeE2E
-from tests.node.jobs import node_job
-from tests.utils import kubectl
 
 pytestmark = pytest.mark.l4
 

@@ -15,14 +15,13 @@ import pytest
 from kubernetes import client
 
 from localcluster import ClusterSpec, LocalCluster, upstream
-from localcluster.cluster import wait_for_default_service_account
+from localcluster.e2e import create_namespace, operator_runner
 from localcluster.nodes import DEFAULT_CAPACITY
 from localcluster.operator import OperatorRunner
 from reconcile.runtime.kube import Kube
-from tests.conftest import SKIP_ENV, _skip_cluster
-from tests.e2e.support import operator_runner
 from tests.oracle.compare import Ledger, load_entries
 from tests.oracle.support import OUR_NS, UP_NS, Oracle, install_both
+from tests.utils import skip_without_cluster
 
 # Room for every input's pods on both sides at once (the inputs ask for up to 2 cpus a pod).
 CAPACITY = {**DEFAULT_CAPACITY, "cpu": "512", "memory": "4Ti"}
@@ -31,8 +30,7 @@ PRIORITY_CLASSES = {"high": 1000, "low": 10}
 
 @pytest.fixture(scope="session")
 def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oracle]:
-    if _skip_cluster(request.config):
-        pytest.skip(f"--skip-cluster or {SKIP_ENV}=1 given")
+    skip_without_cluster(request.config)
     work = tmp_path_factory.mktemp("oracle")
     cluster = LocalCluster(ClusterSpec(tier="l2", nodes=4, node_capacity=CAPACITY), work_dir=work / "cluster")
     cluster.start()
@@ -45,8 +43,7 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                     {"metadata": {"name": name}, "value": value, "globalDefault": False}
                 )
             for ns in (UP_NS, OUR_NS):
-                core.create_namespace({"metadata": {"name": ns}})
-                wait_for_default_service_account(core, ns)
+                create_namespace(core, ns)
         ours: OperatorRunner = operator_runner(cluster, work / "ours.log")
         ours.flags = (f"--namespace={OUR_NS}",)
         theirs = upstream.UpstreamOperator(

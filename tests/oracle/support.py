@@ -9,7 +9,6 @@ each side's normalized objects stop changing.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
@@ -22,19 +21,17 @@ import attrs
 import yaml
 
 from localcluster import LocalCluster, upstream
-from localcluster.cluster import wait_for_crds
+from localcluster.e2e import apply_base
+from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from localcluster.upstream import UpstreamOperator
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
 from tests.oracle.compare import Difference, Ledger, Snapshot, diff, job_of, normalize, report
-from tests.utils import REPO, kubectl
 
 UP_NS = "up-ns"
 OUR_NS = "our-ns"
 SIDES = (UP_NS, OUR_NS)
 KINDS = (MPIJOB, SERVICE, CONFIGMAP, SECRET, JOB, POD)
-KNOB = "localcluster.mpijob.dev/"
-HOLD = {f"{KNOB}hold": "true"}
 # Authoring the list: every observed difference appended to this file as JSON lines, and no step fails
 # on one (the stale check still runs). Never set in CI (.ci/run refuses MPIJOB_SKIP_*, not this: the
 # tier's last test fails when it is set, see test_no_stale_entries).
@@ -76,12 +73,10 @@ def running(snapshot: Snapshot, job: str, workers: int) -> bool:
 
 def install_both(cluster: LocalCluster, work: Path) -> None:
     """The CRD and our RBAC (deploy/base-no-operator), and upstream's own ClusterRole for its process."""
-    kubectl(cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
+    apply_base(cluster)
     rbac = work / "upstream-rbac.yaml"
     rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
     kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
-    with contextlib.closing(cluster.api_client()) as api:
-        wait_for_crds(api, ["mpijobs.kubeflow.org"])
 
 
 @attrs.define
@@ -217,4 +212,4 @@ class Oracle:
         return snaps
 
 
-__all__ = ["HOLD", "JOB", "OUR_NS", "SIDES", "UP_NS", "Oracle", "conditions", "has_condition", "running"]
+__all__ = ["JOB", "OUR_NS", "SIDES", "UP_NS", "Oracle", "conditions", "has_condition", "running"]

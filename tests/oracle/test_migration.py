@@ -22,10 +22,12 @@ from kubernetes import client
 
 from localcluster import ClusterSpec, LocalCluster, upstream
 from localcluster.cluster import wait_for_default_service_account
+from localcluster.e2e import HOLD, KNOB, condition_is, operator_runner, phase
+from localcluster.jobs import pi_job
+from localcluster.wait import wait_for
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, Kube
-from tests.e2e.support import HOLD, KNOB, condition_is, operator_runner, phase
 from tests.oracle.support import QUIET, install_both
-from tests.utils import Versions, pi_job, wait_for
+from tests.utils import Versions
 
 pytestmark = [pytest.mark.oracle, pytest.mark.l2]
 

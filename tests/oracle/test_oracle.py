@@ -9,40 +9,40 @@ Step ids (the `steps` patterns of the list match them): `inputs/running`, `pendi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
+from localcluster.e2e import HOLD, KNOB
+from localcluster.jobs import pi_job
 from reconcile.runtime.kube import CONFIGMAP, MPIJOB, POD
-from tests.oracle.inputs import REPO, all_inputs
-from tests.oracle.support import DUMP_ENV, HOLD, KNOB, Oracle, has_condition, pods, running
+from tests.oracle.inputs import all_inputs
+from tests.oracle.support import DUMP_ENV, Oracle, has_condition, pods, running
 
 pytestmark = [pytest.mark.oracle, pytest.mark.l2]
 
-BASE = yaml.safe_load((REPO / "golden" / "openmpi-pi" / "mpijob.yaml").read_text())
 WORKERS = 2
 
 
 def pi(name: str, *, launcher_annotations: dict[str, str] | None = None, **run_policy: Any) -> dict[str, Any]:
-    """Upstream's pi example (golden/openmpi-pi) with 2 workers, as `name`."""
-    job = copy.deepcopy(BASE)
-    job.pop("status", None)
-    job["metadata"] = {"name": name}
-    job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = WORKERS
-    if launcher_annotations:
-        tmpl = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
-        tmpl.setdefault("metadata", {}).setdefault("annotations", {}).update(launcher_annotations)
-    job["spec"].setdefault("runPolicy", {}).update(run_policy)
-    return job
+    """Upstream's pi example (examples/pi.yaml, the golden case openmpi-pi) with 2 workers, as `name`."""
+    return pi_job(name, workers=WORKERS, launcher_annotations=launcher_annotations, run_policy=run_policy)
 
 
-def _submit(oracle: Oracle, job: dict[str, Any]) -> str:
+@contextlib.contextmanager
+def submitted(oracle: Oracle, job: dict[str, Any]) -> Iterator[str]:
+    """The job created on both sides (the API server must accept it), deleted from both afterwards."""
     refused = oracle.submit(job)
     assert not refused, f"the API server refused {job['metadata']['name']}: {refused}"
-    return str(job["metadata"]["name"])
+    name = str(job["metadata"]["name"])
+    try:
+        yield name
+    finally:
+        oracle.cleanup([name])
 
 
 def test_inputs(oracle: Oracle) -> None:
@@ -80,66 +80,51 @@ def test_pending(oracle: Oracle) -> None:
         job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["nodeSelector"] = {
             "oracle.mpijob.dev/none": "x"
         }
-    name = _submit(oracle, job)
-    try:
+    with submitted(oracle, job) as name:
         oracle.step(
             "pending/pending",
             [name],
             lambda s: len(pods(s, name, "worker")) == WORKERS and bool(pods(s, name, "launcher")),
         )
-    finally:
-        oracle.cleanup([name])
 
 
 def test_lifecycle(oracle: Oracle) -> None:
     """All running (launcher held), then the launcher succeeds."""
-    name = _submit(oracle, pi("life", launcher_annotations=HOLD))
-    try:
+    with submitted(oracle, pi("life", launcher_annotations=HOLD)) as name:
         oracle.step("lifecycle/running", [name], lambda s: running(s, name, WORKERS))
         assert oracle.patch_pods(name, "launcher", {"metadata": {"annotations": {f"{KNOB}hold": None}}}) == 2
         oracle.step("lifecycle/succeeded", [name], lambda s: has_condition(s, name, "Succeeded"))
-    finally:
-        oracle.cleanup([name])
 
 
 def test_worker_failed(oracle: Oracle) -> None:
     """A worker's containers exit 1 while the job runs."""
-    name = _submit(oracle, pi("wfail", launcher_annotations=HOLD))
-    try:
+    with submitted(oracle, pi("wfail", launcher_annotations=HOLD)) as name:
         oracle.step("worker-failed/running", [name], lambda s: running(s, name, WORKERS))
         fail = {"metadata": {"annotations": {f"{KNOB}exit-code": "1"}}}
         assert oracle.patch_pods(name, "worker", fail, names=[f"{name}-worker-0"]) == 2
         oracle.step("worker-failed/worker-failed", [name])
-    finally:
-        oracle.cleanup([name])
 
 
 def test_launcher_retries(oracle: Oracle) -> None:
     """Every launcher pod exits 1; backoffLimit 1: one retry, then the job fails."""
-    name = _submit(oracle, pi("lfail", launcher_annotations={f"{KNOB}exit-code": "1"}, backoffLimit=1))
-    try:
+    failing = pi("lfail", launcher_annotations={f"{KNOB}exit-code": "1"}, backoffLimit=1)
+    with submitted(oracle, failing) as name:
         oracle.step(
             "launcher-retries/failed", [name], lambda s: has_condition(s, name, "Failed"), timeout=120
         )
-    finally:
-        oracle.cleanup([name])
 
 
 def test_suspend_resume(oracle: Oracle) -> None:
     """Created suspended, then resumed."""
-    name = _submit(oracle, pi("susp", launcher_annotations=HOLD, suspend=True))
-    try:
+    with submitted(oracle, pi("susp", launcher_annotations=HOLD, suspend=True)) as name:
         oracle.step("suspend/suspended", [name], lambda s: has_condition(s, name, "Suspended"))
         oracle.patch(MPIJOB, name, {"spec": {"runPolicy": {"suspend": False}}})
         oracle.step("suspend/resumed", [name], lambda s: running(s, name, WORKERS))
-    finally:
-        oracle.cleanup([name])
 
 
 def test_child_deleted(oracle: Oracle) -> None:
     """The ConfigMap and a worker pod deleted by hand while the job runs."""
-    name = _submit(oracle, pi("deleted", launcher_annotations=HOLD))
-    try:
+    with submitted(oracle, pi("deleted", launcher_annotations=HOLD)) as name:
         oracle.step("child-deleted/running", [name], lambda s: running(s, name, WORKERS))
         oracle.delete(CONFIGMAP, f"{name}-config")
         oracle.delete(POD, f"{name}-worker-1")
@@ -148,8 +133,6 @@ def test_child_deleted(oracle: Oracle) -> None:
             [name],
             lambda s: ("ConfigMap", f"{name}-config") in s and running(s, name, WORKERS),
         )
-    finally:
-        oracle.cleanup([name])
 
 
 def test_no_stale_entries(oracle: Oracle) -> None:

@@ -10,28 +10,19 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from localcluster.binaries import find_bin_dir
+from tests.tools.support import Objects, documents
 from tests.upstream_source import upstream_flags
 from tests.utils import REPO
 from tools.crdgen import build as crdbuild
 
-Objects = list[dict[str, Any]]
-
-
-def documents(argv: list[str]) -> Objects:
-    """The YAML documents a command prints; it must succeed."""
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
 
 @pytest.fixture(scope="session")
-def kubectl() -> Path:
+def kubectl_binary() -> Path:
+    """The Go-built kubectl's path (kubectl commands against a cluster: `localcluster.kubectl`)."""
     path = find_bin_dir() / "kubectl"
     assert path.is_file(), f"{path} is missing: run deploy/local/build.sh"
     return path
@@ -59,6 +50,6 @@ def upstream_flag_kinds() -> dict[str, str]:
 
 
 @pytest.fixture
-def kustomize(kubectl: Path) -> Callable[[Path], Objects]:
+def kustomize(kubectl_binary: Path) -> Callable[[Path], Objects]:
     """`kubectl kustomize DIR` as objects."""
-    return lambda path: documents([str(kubectl), "kustomize", str(path)])
+    return lambda path: documents([str(kubectl_binary), "kustomize", str(path)])

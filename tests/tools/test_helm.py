@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from reconcile import flags
-from tests.tools.conftest import Objects, documents
+from tests.tools.support import Objects, documents
 from tests.utils import REPO
 
 pytestmark = pytest.mark.tools

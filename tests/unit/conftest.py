@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CI_ENV
+from tests.utils import CI_ENV
 
 # What scripts/setup builds or fetches from the Go module proxy, by the name it is started by.
 NOT_OFFLINE = frozenset({"go", "helm", "kubectl", "kube-apiserver", "etcd", "kwok", "build.sh"})

@@ -8,9 +8,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from localcluster.jobs import minimal_job
 from reconcile.mpijob.render_command import main as cli_main
 from render import Observed, SSHKey
-from tests.utils import minimal_job
 
 UID = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 JOB_UID = "aaaaaaaa-bbbb-4ccc-8ddd-000000000001"

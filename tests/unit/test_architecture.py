@@ -1,6 +1,7 @@
 """The import architecture: no import cycles, and the layering rules in pyproject.toml's import-linter
 contracts (render imports nothing from reconcile; neither imports localcluster, which the wheel leaves
-out; the engine and the runtime know nothing about MPI)."""
+out; tests and benchmarks import nothing from each other, what both use is in localcluster; the engine
+and the runtime know nothing about MPI)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ import grimp
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("render", "reconcile", "localcluster")
-CONTRACTS = ("acyclic", "render-pure", "wheel-self-contained", "engine-generic", "runtime-generic")
+CONTRACTS = (
+    "acyclic",
+    "render-pure",
+    "wheel-self-contained",
+    "tests-and-benchmarks-apart",
+    "engine-generic",
+    "runtime-generic",
+)
+# Stand-ins for the two root packages of scripts, which every stand-in tree below needs: import-linter
+# would otherwise find the ones of whichever checkout the environment's editable install points at.
+SCRIPT_PACKAGES = {"tests/__init__.py": "", "benchmarks/__init__.py": ""}
 
 
 def _lint_imports(cwd: Path, config: Path) -> subprocess.CompletedProcess[str]:
@@ -87,6 +98,9 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
             "localcluster/cluster.py": "from localcluster.sandbox import seal\n",
             "localcluster/sandbox/__init__.py": "",
             "localcluster/sandbox/seal.py": "from localcluster import cluster\n",
+            **SCRIPT_PACKAGES,
+            "tests/utils.py": "import benchmarks.bench\n",
+            "benchmarks/bench.py": "import tests.utils\n",
         },
     )
     proc = _lint_imports(tmp_path, REPO / "pyproject.toml")
@@ -98,6 +112,8 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
     assert "reconcile.main -> localcluster.cluster" in out
     assert "reconcile.engine.executor -> reconcile.mpijob.controller" in out
     assert "reconcile.runtime.informer -> render.core" in out
+    assert "benchmarks.bench -> tests.utils" in out
+    assert "tests.utils -> benchmarks.bench" in out
 
 
 def test_the_optional_layers_hold_before_they_exist(tmp_path: Path) -> None:
@@ -111,6 +127,7 @@ def test_the_optional_layers_hold_before_they_exist(tmp_path: Path) -> None:
             "reconcile/engine/plan.py": "",
             "localcluster/__init__.py": "",
             "localcluster/cluster.py": "",
+            **SCRIPT_PACKAGES,
         },
     )
     proc = _lint_imports(tmp_path, REPO / "pyproject.toml")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.chaos.harness import launcher_order, stored_creates, wanted_children
+from localcluster.chaos.harness import launcher_order, stored_creates, wanted_children
 
 UID = "uid-a"
 

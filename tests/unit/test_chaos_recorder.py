@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tests.chaos.harness import StatusRecorder
+from localcluster.chaos.harness import StatusRecorder
 
 
 class _Kube:

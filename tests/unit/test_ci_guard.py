@@ -12,7 +12,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 
-from tests.conftest import HYPOTHESIS_SEED, NARROWING_ENV
+from tests.utils import HYPOTHESIS_SEED, NARROWING_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 # Variables by which Hypothesis knows a CI host and derandomizes: the runs below stand for a developer's
@@ -116,9 +116,7 @@ def test_every_knob_a_test_reads_is_known() -> None:
             re.findall(r"""(?:environ\.get|getenv|environ\[)\(?\s*["']([A-Z0-9_]+)["']""", path.read_text())
         )
     unknown = read - set(NARROWING_ENV) - set(NOT_NARROWING)
-    assert not unknown, (
-        f"add to NARROWING_ENV (tests/conftest.py) or NOT_NARROWING with the reason: {unknown}"
-    )
+    assert not unknown, f"add to NARROWING_ENV (tests/utils.py) or NOT_NARROWING with the reason: {unknown}"
     assert {"MPIJOB_STATUS_ORDER_ROUNDS", "MPIJOB_FUZZ_EXAMPLES"} <= read  # the scan finds them
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 import render
+from localcluster import jobs
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY
 from reconcile.mpijob.controller import Controller
 from reconcile.mpijob.decide import decide
@@ -19,7 +20,6 @@ from reconcile.mpijob.policy import POLICY
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, ApiError
 from reconcile.runtime.loop import Result
-from tests import utils
 from tests.unit.fakes import FakeKube, NoKube, RecordingWriter
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -142,8 +142,16 @@ def test_kubernetes_gang_scheduling_watches_the_served_workload_api_alone(versio
 
 def minimal_job():
     return render.parse_mpijob(
-        utils.minimal_job(namespace="ns", uid="job-uid", image="i", containers=("l", "w"))
+        jobs.minimal_job(namespace="ns", uid="job-uid", image="i", containers=("l", "w"))
     )
+
+
+def _cached(name: str, uid: str, **spec: object) -> dict:
+    """An MPIJob as the cache holds it, with exactly `spec`."""
+    job = jobs.minimal_job(name, namespace="ns", uid=uid)
+    job["metadata"]["resourceVersion"] = "1"
+    job["spec"] = spec
+    return job
 
 
 def _mpijob(uid: str = "job-uid") -> dict:
@@ -210,12 +218,7 @@ def test_api_errors_other_than_404_propagate_from_reads():
 def test_invalid_job_gets_failed_status_and_warning_event_once():
     kube, writer = FakeKube(), RecordingWriter()
     c = controller(kube, writer=writer)
-    bad = {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": "bad", "namespace": "ns", "uid": "bad-uid", "resourceVersion": "1"},
-        "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1}}},  # no Launcher
-    }
+    bad = _cached("bad", "bad-uid", mpiReplicaSpecs={"Worker": {"replicas": 1}})  # no Launcher
     writer.put(copy.deepcopy(bad))
     c.mpijobs.store.upsert(bad)
     c.sync("ns/bad")
@@ -236,12 +239,7 @@ def test_invalid_job_gets_failed_status_and_warning_event_once():
 def test_managed_externally_and_deleted_jobs_are_left_alone():
     kube, writer = FakeKube(), RecordingWriter()
     c = controller(kube, writer=writer)
-    ext = {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": "ext", "namespace": "ns", "uid": "e", "resourceVersion": "1"},
-        "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}},
-    }
+    ext = _cached("ext", "e", runPolicy={"managedBy": "kueue.x-k8s.io/multikueue"})
     c.mpijobs.store.upsert(ext)
     c.sync("ns/ext")
     c.metrics.set_job_info("ns/gone", "gone-launcher", "ns")

@@ -3,10 +3,10 @@
 import pytest
 import yaml
 
+from localcluster.jobs import EXAMPLES, example, example_pi, pi_job
 from render import parse_mpijob
 from tests.unit.golden_cases import GOLDEN, KEY_FILE
 from tests.unit.render_helpers import run_cli
-from tests.utils import EXAMPLES, example, example_pi, pi_job
 
 # The application examples: each file's MPIJob is the golden case of its name.
 APPLICATIONS = ("lammps-lj", "mpi4py-bench")

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from localcluster.wait import wait_for
 from reconcile.runtime.fence import Fence, NotLeader
 from reconcile.runtime.kube import POD, Kube
 from reconcile.runtime.leader import LeaderElector
 from reconcile.runtime.queue import ShutDown, WorkQueue
 from tests.unit.fakes import Clock, FakeKube
 from tests.unit.loopback import ApiServer, client
-from tests.utils import wait_for
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 from localcluster import processes
 from localcluster.operator import OperatorRunner, parse_metrics, stop_recorded
 from localcluster.processes import free_port, spawn, start_time
-from tests.utils import wait_for
+from localcluster.wait import wait_for
 
 METRICS = """\
 # HELP mpi_operator_is_leader Is this replica the leader

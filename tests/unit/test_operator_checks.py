@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from localcluster.operator import OperatorFailed, OperatorRunner, forget_runner
+from localcluster.wait import wait_for
 from tests.unit.test_ci_guard import run_pytest
-from tests.utils import wait_for
 
 # Stands in for the operator: exits 0 on SIGTERM, prints what it is told to, then waits.
 FAKE = """

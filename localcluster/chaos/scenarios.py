@@ -3,15 +3,14 @@ short, benchmarks/chaos_bench.py at full size."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 
-from localcluster.operator import OperatorRunner
-from reconcile.runtime.kube import MPIJOB
-from reconcile.runtime.kube import POD as POD_RES
-from tests.chaos.faultproxy import FaultProxy
-from tests.chaos.harness import (
+from localcluster.chaos.faultproxy import FaultProxy
+from localcluster.chaos.harness import (
     KNOB,
     LOCK_NS,
     ChaosCluster,
@@ -30,7 +29,10 @@ from tests.chaos.harness import (
     wait_all_succeeded,
     wait_children_created,
 )
-from tests.utils import wait_for
+from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
+from reconcile.runtime.kube import MPIJOB
+from reconcile.runtime.kube import POD as POD_RES
 
 WORKERS = 2
 TIMEOUT = 240.0
@@ -71,6 +73,74 @@ def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:
         time.sleep(1)
 
 
+def _finish(
+    cc: ChaosCluster, scenario: str, ns: str, uids: dict[str, str], since: float, recorder: StatusRecorder
+) -> Report:
+    """Until every job succeeded (or TIMEOUT: stuck) and the finished jobs' workers are gone, then the
+    invariants checked."""
+    assert cc.admin is not None
+    stuck = wait_all_succeeded(cc.admin, ns, list(uids), TIMEOUT)
+    _settle(cc, ns)
+    return check(cc, scenario, ns, uids, WORKERS, since, stuck, recorder)
+
+
+def _faults_mid_build(
+    cc: ChaosCluster,
+    ns: str,
+    names: list[str],
+    submitted: float,
+    faults: int,
+    rng: random.Random,
+    fault: Callable[[], float | None],
+) -> list[int]:
+    """`faults` times, once the operator has created a random number (`rng`) of children, `fault()`:
+    always mid-build. The creates are counted from `submitted`, or from the time a fault returns (a new
+    operator process that starts over). Returns the jobs building at each fault."""
+    per_fault = max(2, len(names) * (4 + WORKERS) // (faults + 1))
+    since, offset = submitted, 0
+    building = []
+    for _ in range(faults):
+        wait_children_created(cc, ns, since, rng.randint(1, per_fault) + offset)
+        building.append(jobs_building(cc, ns, names, WORKERS))
+        restarted = fault()
+        since, offset = (restarted, 0) if restarted is not None else (since, offset + per_fault)
+    return building
+
+
+@contextlib.contextmanager
+def _faults_while_building(
+    cc: ChaosCluster,
+    scenario: str,
+    names: tuple[str, str, str],
+    jobs: int,
+    faults: int,
+    seed: int,
+    fault: Callable[[OperatorRunner], float | None],
+) -> Iterator[tuple[Report, OperatorRunner]]:
+    """One operator builds `jobs` jobs while `fault(operator)` strikes `faults` times mid-build (see
+    `_faults_mid_build`); its client paced (10 QPS), so that the build spans seconds and each fault lands
+    within it on an idle machine too. `names`: the namespace's, the operator's and the jobs' prefix.
+    Yields the checked report while the operator still runs, for what only the caller measures."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    namespace, operator, prefix = names
+    ns = cc.namespace(f"chaos-{namespace}-{seed}")
+    since = time.time()
+    recorder = StatusRecorder(cc.admin, ns).start()
+    op = cc.operator(operator, "--kube-api-qps=10", "--kube-api-burst=10")
+    with running(op):
+        op.start(timeout=120)
+        jobs_names = _names(prefix, jobs)
+        submitted = time.time()
+        uids = submit(cc.admin, ns, jobs_names, WORKERS)
+        building = _faults_mid_build(cc, ns, jobs_names, submitted, faults, rng, lambda: fault(op))
+        report = _finish(cc, scenario, ns, uids, since, recorder)
+        report.building_at_faults = building
+        yield report, op
+        _exited(report, op)
+    recorder.stop()
+
+
 def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int = 1) -> Report:
     """One operator behind the fault proxy: a share of its requests fail, every watch is cut."""
     assert cc.admin is not None
@@ -83,9 +153,7 @@ def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int 
             op.start(timeout=120)
             names = _names("p", jobs)
             uids = submit(cc.admin, ns, names, WORKERS)
-            stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
-            _settle(cc, ns)
-            report = check(cc, "fault proxy", ns, uids, WORKERS, since, stuck, recorder)
+            report = _finish(cc, "fault proxy", ns, uids, since, recorder)
             report.faults = dict(proxy.counts)
             _exited(report, op)
         recorder.stop()
@@ -94,33 +162,16 @@ def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int 
 
 def kill9(cc: ChaosCluster, jobs: int = 12, kills: int = 3, seed: int = 2) -> Report:
     """kill -9 of the operator at random moments (seeded) while it builds and runs the jobs."""
-    assert cc.admin is not None
-    rng = random.Random(seed)
-    ns = cc.namespace(f"chaos-kill-{seed}")
-    since = time.time()
-    recorder = StatusRecorder(cc.admin, ns).start()
-    op = cc.operator("kill9", "--kube-api-qps=10", "--kube-api-burst=10")
-    with running(op):
-        op.start(timeout=120)
-        names = _names("k", jobs)
-        started = time.time()
-        uids = submit(cc.admin, ns, names, WORKERS)
-        building = []
-        # each kill after a random number of creates of the running process: always mid-build
-        per_kill = max(2, jobs * (4 + WORKERS) // (kills + 1))
-        for _ in range(kills):
-            wait_children_created(cc, ns, started, rng.randint(1, per_kill))
-            building.append(jobs_building(cc, ns, names, WORKERS))
-            op.kill()
-            started = time.time()
-            op.start(wait=False)  # a new identity: it waits for the dead one's Lease to expire
-        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
-        _settle(cc, ns)
-        report = check(cc, "kill -9", ns, uids, WORKERS, since, stuck, recorder)
+
+    def kill_and_start(op: OperatorRunner) -> float:
+        op.kill()
+        started = time.time()  # each kill after a random number of creates of the running process
+        op.start(wait=False)  # a new identity: it waits for the dead one's Lease to expire
+        return started
+
+    faulted = _faults_while_building(cc, "kill -9", ("kill", "kill9", "k"), jobs, kills, seed, kill_and_start)
+    with faulted as (report, _):
         report.faults = {"kill -9": kills}
-        report.building_at_faults = building
-        _exited(report, op)
-    recorder.stop()
     return report
 
 
@@ -159,9 +210,7 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
         sigterm = time.time()
         code = a.stop(timeout=20)
         exited = time.time()
-        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
-        _settle(cc, ns)
-        report = check(cc, "leader SIGTERM, two replicas", ns, uids, WORKERS, since, stuck, recorder)
+        report = _finish(cc, "leader SIGTERM, two replicas", ns, uids, since, recorder)
         events = cc.audit(since)
         timeline = lease_timeline(cc.audit(0))
         old = holder_at(timeline, sigterm)
@@ -201,37 +250,19 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
 
 def apiserver_restart(cc: ChaosCluster, jobs: int = 8, restarts: int = 1, seed: int = 4) -> Report:
     """kube-apiserver SIGKILLed and started again (same port, same etcd) while the operator runs."""
-    assert cc.admin is not None
-    rng = random.Random(seed)
-    ns = cc.namespace(f"chaos-apiserver-{seed}")
-    since = time.time()
-    recorder = StatusRecorder(cc.admin, ns).start()
-    # paced as in kill9, so the build spans seconds and the kill lands within it on an idle machine too
-    op = cc.operator("apiserver", "--kube-api-qps=10", "--kube-api-burst=10")
     downtime = []
-    with running(op):
-        op.start(timeout=120)
-        names = _names("a", jobs)
-        started = time.time()
-        uids = submit(cc.admin, ns, names, WORKERS)
-        building = []
-        per_restart = max(2, jobs * (4 + WORKERS) // (restarts + 1))
-        for i in range(restarts):
-            # after a random number of creates: always mid-build
-            wait_children_created(cc, ns, started, rng.randint(1, per_restart) + i * per_restart)
-            building.append(jobs_building(cc, ns, names, WORKERS))
-            downtime.append(round(cc.cluster.restart_apiserver(kill=True), 2))
-        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
-        _settle(cc, ns)
-        report = check(cc, "kube-apiserver SIGKILL + restart", ns, uids, WORKERS, since, stuck, recorder)
+
+    def restart_apiserver(_: OperatorRunner) -> None:
+        downtime.append(round(cc.cluster.restart_apiserver(kill=True), 2))
+
+    scenario = "kube-apiserver SIGKILL + restart"
+    names = ("apiserver", "apiserver", "a")
+    with _faults_while_building(cc, scenario, names, jobs, restarts, seed, restart_apiserver) as (report, op):
         report.faults = {"kube-apiserver SIGKILL": restarts}
-        report.building_at_faults = building
         report.extra["apiserver_down_s"] = downtime
         report.extra["transient_errors"] = (
             op.metric("mpi_operator_transient_errors_total") if op.alive() else None
         )
-        _exited(report, op)
-    recorder.stop()
     return report
 
 

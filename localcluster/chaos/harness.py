@@ -1,8 +1,6 @@
 """The chaos tier's harness: an audited L2 cluster, operators under the mpi-operator ServiceAccount, a
 run of MPIJobs, and the invariants checked against the API server's audit log (the ground truth of what
 the operator wrote) and the final state.
-
-Used by tests/chaos (short runs, CI) and benchmarks/chaos_bench.py (the full runs).
 """
 
 from __future__ import annotations
@@ -23,17 +21,16 @@ import attrs
 import urllib3
 from kubernetes.client import ApiException
 
-from localcluster import ClusterSpec, LocalCluster, pki
-from localcluster.cluster import wait_for_crds, wait_for_default_service_account
+from localcluster import pki
+from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.e2e import KNOB, SA_USER, apply_base, create_namespace
+from localcluster.jobs import minimal_job
 from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
 from reconcile.engine.differ import controller_uid
 from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
-from tests.utils import kubectl, minimal_job, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"
 LOCK_NS = "mpi-operator"
-KNOB = "localcluster.mpijob.dev/"
 # Short lease timings so a killed leader's Lease expires in seconds (defaults: 15 / 5 / 3).
 LEASE_FLAGS = (
     "--leader-elect-lease-duration=4",
@@ -64,10 +61,8 @@ class ChaosCluster:
 
     def start(self) -> ChaosCluster:
         self.cluster.start()
-        kubectl(self.cluster, "apply", "--server-side", "-k", str(REPO / "deploy" / "base-no-operator"))
-        api = self.cluster.api_client()
-        wait_for_crds(api, ["mpijobs.kubeflow.org"])
-        self.admin = Kube(api, qps=0)
+        apply_base(self.cluster)
+        self.admin = Kube(self.cluster.api_client(), qps=0)
         self.sa_kubeconfig = self.cluster.write_user_kubeconfig(SA_USER)
         self._proxy_certs()
         return self
@@ -114,11 +109,9 @@ class ChaosCluster:
 
     def namespace(self, name: str) -> str:
         assert self.admin is not None
-        self.admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
         from kubernetes import client
 
-        wait_for_default_service_account(client.CoreV1Api(self.admin.api_client), name)
-        return name
+        return create_namespace(client.CoreV1Api(self.admin.api_client), name)
 
     def operator(self, name: str, *flags: str, kubeconfig: Path | None = None) -> OperatorRunner:
         return OperatorRunner(

@@ -20,17 +20,8 @@ from localcluster.cluster import LocalCluster, wait_for_crds, wait_for_default_s
 from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import (
-    CONFIGMAP,
-    JOB,
-    MPIJOB,
-    POD,
-    SECRET,
-    SERVICE,
-    ApiError,
-    Kube,
-    Resource,
-)
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
 
 REPO = Path(__file__).resolve().parents[1]
 SA_USER = "system:serviceaccount:mpi-operator:mpi-operator"

@@ -22,13 +22,15 @@ from typing import NoReturn, TypeVar
 import render
 from reconcile import flags
 from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.kinds import MPIJOB
 from reconcile.mpijob.metrics import Metrics
+from reconcile.mpijob.policy import EVENT_COMPONENT, LOCK_NAME
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime import logs, procmem
 from reconcile.runtime.events import BackgroundEventRecorder
 from reconcile.runtime.fence import Fence
 from reconcile.runtime.health import DEFAULT_PORT, HealthServer
-from reconcile.runtime.kube import MPIJOB, ApiError, Kube, api_client
+from reconcile.runtime.kube import ApiError, Kube, api_client
 from reconcile.runtime.leader import LeaderElector
 from render import names
 from render.bounds import CLUSTER_DOMAIN_MAX
@@ -295,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                 extra={"looked_for": ", ".join(names.WORKLOAD_API_VERSIONS)},
             )
 
-    recorder = BackgroundEventRecorder(kube, host=host)
+    recorder = BackgroundEventRecorder(kube, component=EVENT_COMPONENT, host=host)
     controller = Controllers(
         [
             Controller(
@@ -327,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         lease_kube,
         args.lock_namespace,
         identity,
+        name=LOCK_NAME,
         lease_duration=args.leader_elect_lease_duration,
         renew_deadline=args.leader_elect_renew_deadline,
         retry_period=args.leader_elect_retry_period,

@@ -219,7 +219,7 @@ def processed_after_nudge(
     the operator would do about the earlier state, it has done by then; no sleeping. A sync holding a
     write back has not finished: the default timeout covers the longest hold."""
     from reconcile.mpijob.decide import UNREAD_HOSTS_SECONDS
-    from reconcile.runtime.kube import MPIJOB
+    from reconcile.mpijob.kinds import MPIJOB
 
     if timeout is None:
         timeout = UNREAD_HOSTS_SECONDS + 30

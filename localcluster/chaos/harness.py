@@ -28,7 +28,8 @@ from localcluster.jobs import minimal_job
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
 from reconcile.engine.differ import controller_uid
-from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, ApiError, Kube
 
 LOCK_NS = "mpi-operator"
 # Short lease timings so a killed leader's Lease expires in seconds (defaults: 15 / 5 / 3).

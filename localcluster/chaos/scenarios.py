@@ -31,7 +31,7 @@ from localcluster.chaos.harness import (
 )
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import MPIJOB
+from reconcile.mpijob.kinds import MPIJOB
 from reconcile.runtime.kube import POD as POD_RES
 
 WORKERS = 2

@@ -21,6 +21,7 @@ from reconcile.mpijob import observe as obs
 from reconcile.mpijob import report
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import Action, Decision, StatusDecision, decide, finish
+from reconcile.mpijob.kinds import MPIJOB
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.policy import (
@@ -36,17 +37,7 @@ from reconcile.mpijob.syncstate import moot_child_event
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.informer import Informer, controller_ref, key_of, node_name_index
-from reconcile.runtime.kube import (
-    JOB,
-    MPIJOB,
-    NODE,
-    POD,
-    PRIORITY_CLASS,
-    ApiError,
-    Kube,
-    Resource,
-    resource_for,
-)
+from reconcile.runtime.kube import JOB, NODE, POD, PRIORITY_CLASS, ApiError, Kube, Resource, resource_for
 from reconcile.runtime.kubewriter import KubeWriter
 from reconcile.runtime.loop import Loop, Result
 from reconcile.runtime.ratelimit import controller_rate_limiter

@@ -22,6 +22,7 @@ from kubernetes.config import ConfigException
 
 import render
 from reconcile.mpijob.decide import Action, decide
+from reconcile.mpijob.kinds import MPIJOB
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.observe import ApiReader, observe
 from reconcile.mpijob.policy import child_resources, reads_priority_classes
@@ -37,7 +38,7 @@ from reconcile.mpijob.render_command import (
     version,
 )
 from reconcile.mpijob.workloadapi import served_workload_api
-from reconcile.runtime.kube import MPIJOB, ApiError, Kube, api_client
+from reconcile.runtime.kube import ApiError, Kube, api_client
 from render import names
 
 

@@ -14,20 +14,14 @@ from typing import Final
 import render
 from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
-from reconcile.runtime.kube import (
-    CONFIGMAP,
-    JOB,
-    POD,
-    SCHED_PLUGINS_PODGROUP,
-    SECRET,
-    SERVICE,
-    VOLCANO_PODGROUP,
-    Resource,
-    resource_for,
-)
+from reconcile.mpijob.kinds import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, Resource, resource_for
 from render import names
 
 FIELD_MANAGER: Final = "mpijob-operator"
+# The source component of the Events about MPIJobs, and the leader-election Lease's name (upstream's both).
+EVENT_COMPONENT: Final = "mpi-job-controller"
+LOCK_NAME: Final = "mpi-operator"
 
 # What the pods refer to, created before them (and together, below).
 _REFERRED: Final = (

@@ -1,3 +1,3 @@
-"""client-go's parts in Python: API client, informers, work queue, rate limits, leader election and fence,
-events, health server. Imports neither render nor the MPIJob controller (the kinds table names what we
-write)."""
+"""client-go's parts in Python: API client, informers, work queue, the generic controller loop, rate limits,
+leader election and fence, events, health server. Names no product: the kinds, user agent, event component
+and Lease name of an operator come in from its own package."""

@@ -1,4 +1,5 @@
-"""core/v1 Events about MPIJobs, aggregated like client-go's recorder: a repeat bumps count/lastTimestamp.
+"""core/v1 Events about the objects a controller reconciles, aggregated like client-go's recorder: a repeat
+bumps count/lastTimestamp.
 
 Recording never fails a sync: API errors are logged and dropped (events are best effort upstream too).
 """
@@ -18,7 +19,6 @@ from reconcile.runtime.kube import EVENT, MERGE_PATCH, ApiError, Kube
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "mpi-job-controller"
 NORMAL = "Normal"
 WARNING = "Warning"
 MAX_MESSAGE = 1024
@@ -47,7 +47,7 @@ class EventRecorder:
         self,
         kube: Kube,
         *,
-        component: str = COMPONENT,
+        component: str = "",
         host: str = "",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:

@@ -4,7 +4,7 @@ Decision: ``--monitoring-port`` (default 8080) serves all three. ``--monitoring-
 but the probes stay on 8080, because upstream's health server is always on :8080 and the Deployment's probes
 point there. /healthz fails when the leader stopped renewing its lease (the process is wedged); /readyz is
 ready when this replica is a standby, or when it leads and every informer cache has synced.
-``/debug/synced?key=<namespace>/<name>`` (with /metrics) answers the resourceVersion of that MPIJob the
+``/debug/synced?key=<namespace>/<name>`` (with /metrics) answers the resourceVersion of that object the
 last finished sync acted on: tests use it to know the operator processed an event, instead of sleeping.
 """
 

@@ -6,7 +6,7 @@
   jittered), is counted through ``on_error(informer, code)`` and resumed, as client-go's reflectors do;
 * objects are the raw JSON dicts; the subresource entries of ``metadata.managedFields`` are dropped on entry
   (often the biggest part of an object), the main-resource entries stay: the differ reads ours to find
-  fields we no longer render; a ``transform`` may keep less (reconcile/mpijob/cacheform.py);
+  fields we no longer render; a ``transform`` given by the controller may keep less;
 * handlers get (event, old, new); an update is not delivered when the cached form did not change apart
   from ``resourceVersion`` and the managedFields' times (the kubelet's, the scheduler's and kwok's writes
   to what the transform drops: each woke a sync that read the same thing).
@@ -178,7 +178,7 @@ class Informer:
         on_event: Callable[[int], None] | None = None,
     ) -> None:
         """``transform``: what of each object the cache keeps (client-go's SetTransform), applied after
-        the subresource managedFields entries are dropped (reconcile.mpijob.cacheform). ``on_event``: told
+        the subresource managedFields entries are dropped. ``on_event``: told
         the size in bytes of each watch event received."""
         self.kube = kube
         self.resource = resource

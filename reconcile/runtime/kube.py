@@ -15,9 +15,9 @@ through the ``ApiClient``'s own request path, whose body copy (``sanitize_for_se
 Every request passes one ``AdaptiveLimiter`` (no fixed limit by default, or
 ``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429 is
 retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and every
-request is counted in ``mpi_operator_api_requests_total{verb,kind,code}``. Given a ``Fence``, every
-write (anything but GET) passes it first: one the fence refuses is never sent (raises ``NotLeader``,
-counted with code ``fenced``).
+request is reported to ``on_request(verb, kind, code)`` (the operator's request metric). Given a
+``Fence``, every write (anything but GET) passes it first: one the fence refuses is never sent (raises
+``NotLeader``, counted with code ``fenced``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ class Resource:
         return base
 
 
-MPIJOB = Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs")
 POD = Resource("v1", "Pod", "pods")
 SERVICE = Resource("v1", "Service", "services")
 CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
@@ -82,8 +81,6 @@ JOB = Resource("batch/v1", "Job", "jobs")
 LEASE = Resource("coordination.k8s.io/v1", "Lease", "leases")
 NODE = Resource("v1", "Node", "nodes", namespaced=False)
 PRIORITY_CLASS = Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
-VOLCANO_PODGROUP = Resource("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups")
-SCHED_PLUGINS_PODGROUP = Resource("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
 # Kubernetes' own gang scheduling, by served version (render/children/workload.py)
 WORKLOAD_V1ALPHA1 = Resource("scheduling.k8s.io/v1alpha1", "Workload", "workloads")
 WORKLOAD_V1ALPHA2 = Resource("scheduling.k8s.io/v1alpha2", "Workload", "workloads")
@@ -94,8 +91,8 @@ PODGROUP_V1BETA1 = Resource("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups"
 # For tests and tools that install CRDs; the operator itself never requests it (RBAC grants no CRD access).
 CRD = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 
+# Kubernetes' own kinds; a package that owns more adds them with ``register``.
 KNOWN = (
-    MPIJOB,
     POD,
     SERVICE,
     CONFIGMAP,
@@ -104,16 +101,24 @@ KNOWN = (
     JOB,
     LEASE,
     PRIORITY_CLASS,
-    VOLCANO_PODGROUP,
-    SCHED_PLUGINS_PODGROUP,
     WORKLOAD_V1ALPHA1,
     WORKLOAD_V1ALPHA2,
     PODGROUP_V1ALPHA2,
     WORKLOAD_V1BETA1,
     PODGROUP_V1BETA1,
 )
-_BY_TYPE = {(r.api_version, r.kind): r for r in KNOWN}
-_KIND_BY_PLURAL = {r.plural: r.kind for r in KNOWN}
+_BY_TYPE: dict[tuple[str, str], Resource] = {}
+_KIND_BY_PLURAL: dict[str, str] = {}
+
+
+def register(*resources: Resource) -> None:
+    """Add kinds to the table that request paths (``resource_for``) and metric labels are read from."""
+    for r in resources:
+        _BY_TYPE[(r.api_version, r.kind)] = r
+        _KIND_BY_PLURAL.setdefault(r.plural, r.kind)
+
+
+register(*KNOWN)
 
 
 def resource_for(obj_or_api_version: Mapping[str, Any] | str, kind: str | None = None) -> Resource:
@@ -188,7 +193,7 @@ class Kube:
         qps: float = 0,
         burst: int = 10,
         on_request: Callable[[str, str, str], None] | None = None,
-        user_agent: str = "mpi-operator",
+        user_agent: str = "kube-runtime (python)",
         fence: Fence | None = None,
     ) -> None:
         """``api_client``: its ``Configuration`` and pool manager (TLS, proxy) set up the connections; a

@@ -58,7 +58,7 @@ class LeaderElector:
         namespace: str,
         identity: str,
         *,
-        name: str = "mpi-operator",
+        name: str,
         lease_duration: float = LEASE_DURATION,
         renew_deadline: float = RENEW_DEADLINE,
         retry_period: float = RETRY_PERIOD,

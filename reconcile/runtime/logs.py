@@ -69,6 +69,4 @@ def _log_uncaught(exc_type: Any, value: Any, tb: Any, thread: threading.Thread |
     if issubclass(exc_type, KeyboardInterrupt | SystemExit):
         return
     extra = {"thread": thread.name} if thread is not None else {}
-    logging.getLogger("mpijob-operator").critical(
-        "uncaught exception", exc_info=(exc_type, value, tb), extra=extra
-    )
+    logging.getLogger(__name__).critical("uncaught exception", exc_info=(exc_type, value, tb), extra=extra)

@@ -17,7 +17,8 @@ from kubernetes import client
 
 from localcluster.cluster import wait_for_crds
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import EVENT, JOB, MPIJOB, POD, ApiError, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import EVENT, JOB, POD, ApiError, Kube
 from tests.utils import REPO
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"

@@ -15,17 +15,8 @@ import pytest
 from localcluster.e2e import condition_is
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import (
-    CONFIGMAP,
-    JOB,
-    MPIJOB,
-    POD,
-    SCHED_PLUGINS_PODGROUP,
-    SECRET,
-    SERVICE,
-    VOLCANO_PODGROUP,
-    Kube,
-)
+from reconcile.mpijob.kinds import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, Kube
 from tests.cluster.support import (
     complete_launcher,
     create_launcher_pod,

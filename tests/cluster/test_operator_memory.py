@@ -12,7 +12,8 @@ import pytest
 
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import MPIJOB, POD
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import POD
 
 JOBS = 200
 WORKERS = 4

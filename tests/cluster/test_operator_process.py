@@ -14,7 +14,8 @@ import pytest
 
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import CONFIGMAP, JOB, LEASE, MPIJOB, POD, SECRET, SERVICE, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, LEASE, POD, SECRET, SERVICE, Kube
 from tests.utils import api_writes, controller_uid, processed_after_nudge
 
 JOBS = 6

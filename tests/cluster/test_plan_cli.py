@@ -14,7 +14,8 @@ import yaml
 from localcluster.e2e import condition_is
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import CONFIGMAP, JOB, MERGE_PATCH, MPIJOB, POD, SECRET, SERVICE
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, MERGE_PATCH, POD, SECRET, SERVICE
 from tests.cluster.support import plan
 from tests.utils import REPO
 

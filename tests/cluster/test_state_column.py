@@ -13,7 +13,8 @@ import pytest
 
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import MPIJOB, ApiError, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import ApiError, Kube
 
 pytestmark = pytest.mark.l1
 

@@ -18,7 +18,7 @@ from kubernetes import client
 from localcluster.jobs import pi_job
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import MPIJOB
+from reconcile.mpijob.kinds import MPIJOB
 from tests.upstream_source import upstream_manifests
 
 VARIANTS = ("base", "overlays/standalone", "overlays/kubeflow", "overlays/dev")

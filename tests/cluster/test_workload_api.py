@@ -18,7 +18,8 @@ from localcluster.jobs import pi_job
 from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import EVENT, JOB, MPIJOB, WORKLOAD_V1ALPHA1, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import EVENT, JOB, WORKLOAD_V1ALPHA1, Kube
 from render.gang import GANG_SCHEDULED, REASON_UNAVAILABLE
 from tests.cluster.support import plan, wait_workers, workers
 from tools.crdgen.build import CRD_PATH

@@ -14,7 +14,7 @@ import pytest
 
 from localcluster.e2e import E2E, KNOB, condition_is, phase
 from localcluster.jobs import pi_job
-from reconcile.runtime.kube import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
+from reconcile.mpijob.kinds import SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
 from tests.e2e.support import extra_scheduler
 
 pytestmark = pytest.mark.l2

@@ -18,7 +18,8 @@ from localcluster.cluster import wait_for_default_service_account
 from localcluster.e2e import condition_is
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import MPIJOB, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import Kube
 from tests.utils import REPO
 
 pytestmark = pytest.mark.l2

@@ -129,7 +129,7 @@ def test_far_away_times_in_a_status_do_not_break_the_sync(e2e: E2E) -> None:
     status = copy.deepcopy(job.get("status") or {})
     status["startTime"] = "9999-12-31T23:59:59Z"
     body = {**job, "status": status}
-    from reconcile.runtime.kube import MPIJOB
+    from reconcile.mpijob.kinds import MPIJOB
 
     e2e.kube.replace(MPIJOB, body, subresource="status")
     e2e.submit(pi_job("beside"))

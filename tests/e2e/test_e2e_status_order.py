@@ -16,7 +16,8 @@ import pytest
 
 from localcluster.e2e import E2E, conditions
 from localcluster.jobs import pi_job
-from reconcile.runtime.kube import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP, ApiError
+from reconcile.mpijob.kinds import MPIJOB, SCHED_PLUGINS_PODGROUP, VOLCANO_PODGROUP
+from reconcile.runtime.kube import ApiError
 
 pytestmark = pytest.mark.l2
 

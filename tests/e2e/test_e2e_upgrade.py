@@ -18,7 +18,8 @@ from localcluster.jobs import pi_job
 from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import JOB, MPIJOB, POD, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import JOB, POD, Kube
 from tests.upstream_source import upstream_manifests
 from tests.utils import REPO
 

@@ -25,7 +25,8 @@ from localcluster.e2e import apply_base
 from localcluster.kubectl import kubectl
 from localcluster.operator import OperatorRunner
 from localcluster.upstream import UpstreamOperator
-from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, ApiError, Kube, Resource
 from tests.oracle.compare import Difference, Ledger, Snapshot, diff, job_of, normalize, report
 
 UP_NS = "up-ns"

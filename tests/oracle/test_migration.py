@@ -25,7 +25,8 @@ from localcluster.cluster import wait_for_default_service_account
 from localcluster.e2e import HOLD, KNOB, condition_is, operator_runner, phase
 from localcluster.jobs import pi_job
 from localcluster.wait import wait_for
-from reconcile.runtime.kube import CONFIGMAP, JOB, MPIJOB, POD, SECRET, SERVICE, Kube
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, JOB, POD, SECRET, SERVICE, Kube
 from tests.oracle.support import QUIET, install_both
 from tests.utils import Versions
 

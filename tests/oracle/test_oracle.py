@@ -19,7 +19,8 @@ import pytest
 
 from localcluster.e2e import HOLD, KNOB
 from localcluster.jobs import pi_job
-from reconcile.runtime.kube import CONFIGMAP, MPIJOB, POD
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, POD
 from tests.oracle.inputs import all_inputs
 from tests.oracle.support import DUMP_ENV, Oracle, has_condition, pods, running
 

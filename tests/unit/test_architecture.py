@@ -5,6 +5,7 @@ and the runtime know nothing about MPI)."""
 
 from __future__ import annotations
 
+import ast
 import graphlib
 import os
 import subprocess
@@ -152,3 +153,45 @@ def test_module_cycle_finds_a_package_importing_its_own_module(tmp_path: Path) -
         sys.modules.pop("cyclepkg", None)
     cycle = module_cycle(graph)
     assert cycle is not None and set(cycle) == {"cyclepkg", "cyclepkg.inner"}
+
+
+# What would name a product: the operator's kinds, groups and names. The runtime gets them from its caller.
+PRODUCT_WORDS = ("mpi", "kubeflow", "volcano", "scheduling.x-k8s.io", "mpijob")
+
+
+def product_words(source: str) -> list[str]:
+    lowered = source.lower()
+    return [w for w in PRODUCT_WORDS if w in lowered]
+
+
+def test_the_runtime_names_no_product() -> None:
+    found = {
+        path.name: words
+        for path in sorted((REPO / "reconcile" / "runtime").glob("*.py"))
+        if (words := product_words(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+    assert product_words('COMPONENT = "mpi-job-controller"') == ["mpi"]  # the check sees one
+
+
+def engine_imports(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_engine_reaches_no_client_or_transport() -> None:
+    """The engine's Writer raises its own errors: nothing of the kubernetes client or urllib3 but the
+    official quantity parser (kubernetes.utils), which the semantics compare quantities with."""
+    imported = set().union(
+        *(engine_imports(p.read_text(encoding="utf-8")) for p in (REPO / "reconcile" / "engine").glob("*.py"))
+    )
+    outside = {m for m in imported if m.split(".")[0] in ("kubernetes", "urllib3")}
+    assert outside == {"kubernetes.utils"}
+    assert engine_imports("from kubernetes.client.exceptions import ApiException") == {
+        "kubernetes.client.exceptions"
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+from reconcile.mpijob.policy import EVENT_COMPONENT
 from reconcile.runtime.events import BackgroundEventRecorder, EventRecorder
 from reconcile.runtime.kube import EVENT, ApiError
 from tests.unit.fakes import FakeKube
@@ -18,7 +19,9 @@ JOB_OBJ = {
 
 def test_event_is_created_with_component_and_involved_object():
     kube = FakeKube()
-    rec = EventRecorder(kube, host="h", clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    rec = EventRecorder(
+        kube, component=EVENT_COMPONENT, host="h", clock=lambda: datetime(2026, 1, 1, tzinfo=UTC)
+    )
     rec.event(JOB_OBJ, "Normal", "MPIJobCreated", "MPIJob ns/pi is created.")
     (event,) = [o for k, o in kube.objects.items() if k[0] == EVENT.plural]
     assert event["source"]["component"] == "mpi-job-controller"

@@ -17,6 +17,8 @@ from reconcile.runtime.queue import ShutDown, WorkQueue
 from tests.unit.fakes import Clock, FakeKube
 from tests.unit.loopback import ApiServer, client
 
+LOCK = "mpi-operator"  # upstream's Lease name, which the operator keeps
+
 
 @pytest.fixture
 def server() -> Iterator[ApiServer]:
@@ -131,6 +133,7 @@ def test_sigterm_with_a_backlog_no_write_after_the_release(server: ApiServer):
         lease_kube,
         "ns",
         "a",
+        name=LOCK,
         lease_duration=3,
         renew_deadline=2.0,
         retry_period=0.4,
@@ -148,7 +151,7 @@ def test_sigterm_with_a_backlog_no_write_after_the_release(server: ApiServer):
     stop.set()
     t.join(5)
     assert not t.is_alive()
-    spec = lease_kube.objects[("leases", "ns", "mpi-operator")]["spec"]
+    spec = lease_kube.objects[("leases", "ns", LOCK)]["spec"]
     assert spec["holderIdentity"] == ""
     released = le.stepped_down_at
     assert released is not None

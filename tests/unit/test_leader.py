@@ -12,11 +12,18 @@ from reconcile.runtime.kube import ApiError
 from reconcile.runtime.leader import LeaderElector
 from tests.unit.fakes import Clock, FakeKube
 
+LOCK = "mpi-operator"  # upstream's Lease name, which the operator keeps
+
 
 def elector(kube, identity, clock):
     start = datetime(2026, 1, 1, tzinfo=UTC)
     return LeaderElector(
-        kube, "mpi-operator", identity, clock=clock, wall=lambda: start + timedelta(seconds=clock.t)
+        kube,
+        "mpi-operator",
+        identity,
+        name=LOCK,
+        clock=clock,
+        wall=lambda: start + timedelta(seconds=clock.t),
     )
 
 
@@ -24,7 +31,7 @@ def test_first_candidate_creates_the_lease_and_leads():
     kube, clock = FakeKube(), Clock()
     a = elector(kube, "a", clock)
     assert a.try_acquire_or_renew()
-    lease = kube.objects[("leases", "mpi-operator", "mpi-operator")]
+    lease = kube.objects[("leases", "mpi-operator", LOCK)]
     assert lease["spec"]["holderIdentity"] == "a"
     assert lease["spec"]["leaseDurationSeconds"] == 15
     assert lease["spec"]["renewTime"] == "2026-01-01T00:00:00.000000Z"
@@ -43,7 +50,7 @@ def test_second_candidate_waits_until_the_lease_expires_unrenewed():
     assert not b.try_acquire_or_renew()
     clock.t = 12 + 15.1
     assert b.try_acquire_or_renew()
-    spec = kube.objects[("leases", "mpi-operator", "mpi-operator")]["spec"]
+    spec = kube.objects[("leases", "mpi-operator", LOCK)]["spec"]
     assert spec["holderIdentity"] == "b"
     assert spec["leaseTransitions"] == 1
     # a lost it: its next attempt sees b's fresh record and fails
@@ -66,7 +73,7 @@ def test_release_lets_a_standby_take_over_at_once():
     assert not b.try_acquire_or_renew()
     assert a.release()
     assert not a.is_leader
-    assert kube.objects[("leases", "mpi-operator", "mpi-operator")]["spec"]["holderIdentity"] == ""
+    assert kube.objects[("leases", "mpi-operator", LOCK)]["spec"]["holderIdentity"] == ""
     assert b.try_acquire_or_renew()
 
 
@@ -77,6 +84,7 @@ def test_run_exits_via_on_stopped_only_when_another_holds_the_lease():
         kube,
         "ns",
         "a",
+        name=LOCK,
         lease_duration=1.0,
         renew_deadline=0.5,
         retry_period=0.1,
@@ -102,8 +110,8 @@ def test_run_exits_via_on_stopped_only_when_another_holds_the_lease():
         threading.Event().wait(0.02)
     assert le.fence.is_open()
     # Someone else holds it now: lost.
-    kube.objects[("leases", "ns", "mpi-operator")]["spec"]["holderIdentity"] = "b"
-    kube.objects[("leases", "ns", "mpi-operator")]["spec"]["renewTime"] = "2099-01-01T00:00:00.000000Z"
+    kube.objects[("leases", "ns", LOCK)]["spec"]["holderIdentity"] = "b"
+    kube.objects[("leases", "ns", LOCK)]["spec"]["renewTime"] = "2099-01-01T00:00:00.000000Z"
     kube.fail["update"] = ApiError(409, "Conflict", "{}")
     assert stopped.wait(3)
     t.join(2)
@@ -115,7 +123,14 @@ def test_run_stops_workers_before_releasing_on_shutdown():
     kube = FakeKube()
     order = []
     le = LeaderElector(
-        kube, "ns", "a", lease_duration=1.0, renew_deadline=0.5, retry_period=0.1, watch_lease=False
+        kube,
+        "ns",
+        "a",
+        name=LOCK,
+        lease_duration=1.0,
+        renew_deadline=0.5,
+        retry_period=0.1,
+        watch_lease=False,
     )
     stop = threading.Event()
     t = threading.Thread(
@@ -130,7 +145,7 @@ def test_run_stops_workers_before_releasing_on_shutdown():
     stop.set()
     t.join(3)
     assert order == [("stop-workers", True, True)]
-    assert kube.objects[("leases", "ns", "mpi-operator")]["spec"]["holderIdentity"] == ""
+    assert kube.objects[("leases", "ns", LOCK)]["spec"]["holderIdentity"] == ""
     assert not le.fence.is_open()
 
 
@@ -147,7 +162,7 @@ def test_health_fails_when_leader_stops_renewing():
 
 def test_lease_timings_are_validated():
     with pytest.raises(ValueError):
-        LeaderElector(FakeKube(), "ns", "a", lease_duration=5, renew_deadline=5)
+        LeaderElector(FakeKube(), "ns", "a", name=LOCK, lease_duration=5, renew_deadline=5)
 
 
 def test_slow_renewals_keep_the_fence_open():
@@ -182,6 +197,7 @@ def test_slow_renewals_keep_the_fence_open():
         SlowKube(),
         "ns",
         "a",
+        name=LOCK,
         lease_duration=2.0,
         renew_deadline=0.8,
         retry_period=0.5,

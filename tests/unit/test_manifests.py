@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from reconcile import flags
+from reconcile.mpijob import kinds
 from reconcile.runtime import kube
 from tests.unit.deploy_files import CRD_FILE, _grants, _objects, _one
 from tools.crdgen.k8s_schema import Converter
@@ -515,10 +516,11 @@ def test_operator_cluster_role_is_exactly_what_the_operator_uses():
 
 
 def test_operator_may_touch_every_resource_the_controller_knows():
-    # reconcile.runtime.kube lists the resources the operator reads or writes; each needs a grant.
+    # the runtime's table of kinds, with the operator's own: the resources it reads or writes; each needs
+    # a grant.
     grants = _grants(_one(_objects(DEPLOY), "ClusterRole", "mpi-operator")["rules"])
     leases = _grants(_one(_objects(DEPLOY), "Role", "mpi-operator-leader-election")["rules"])
-    for resource in kube.KNOWN:
+    for resource in (*kube.KNOWN, *kinds.OWN):
         key = (resource.group, resource.plural)
         assert key in grants or key in leases, f"no RBAC for {resource.kind} ({resource.api_version})"
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import render
+from reconcile.mpijob import kinds
 from reconcile.mpijob.controller import Controller
+from reconcile.mpijob.kinds import MPIJOB
 from reconcile.mpijob.metrics import Metrics
 from reconcile.mpijob.observe import wanted
 from reconcile.mpijob.policy import POLICY
@@ -35,8 +37,12 @@ VERBS = {
     "apply": "patch",
     "delete": "delete",
 }
+# the runtime's kinds and the operator's own (reconcile/mpijob/kinds.py), by the names the code uses
 RESOURCES = {
-    name: getattr(kube, name) for name in dir(kube) if isinstance(getattr(kube, name), kube.Resource)
+    name: getattr(module, name)
+    for module in (kube, kinds)
+    for name in dir(module)
+    if isinstance(getattr(module, name), kube.Resource)
 }
 
 
@@ -134,8 +140,8 @@ def used() -> dict[tuple[str, str], set[str]]:
         "observe.py:_list:list",
     ], variable
     out: dict[tuple[str, str], set[str]] = {}
-    out.setdefault(_key(kube.MPIJOB, "status"), set()).add("update")
-    out.setdefault(_key(kube.MPIJOB), set()).add("delete")
+    out.setdefault(_key(MPIJOB, "status"), set()).add("update")
+    out.setdefault(_key(MPIJOB), set()).add("delete")
     out.setdefault(_key(kube.JOB, "status"), set()).add("patch")
     for verb, key in calls:
         out.setdefault(key, set()).add(verb)

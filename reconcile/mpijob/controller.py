@@ -8,7 +8,7 @@ any number of them converge to the same state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,11 +16,13 @@ from urllib3.exceptions import HTTPError
 
 import render
 from reconcile.engine.executor import ExecResult, Outcome, execute
-from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
+from reconcile.engine.writer import WriteFailed, Writer
 from reconcile.mpijob import observe as obs
 from reconcile.mpijob import report
 from reconcile.mpijob.cacheform import transform_for
 from reconcile.mpijob.decide import Action, Decision, StatusDecision, decide, finish
+from reconcile.mpijob.heldwrites import HeldWrites
+from reconcile.mpijob.keys import JobKeys
 from reconcile.mpijob.kinds import MPIJOB
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.metrics import Metrics
@@ -33,7 +35,6 @@ from reconcile.mpijob.policy import (
     reads_priority_classes,
 )
 from reconcile.mpijob.report import SyncError
-from reconcile.mpijob.syncstate import moot_child_event
 from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.informer import Informer, controller_ref, key_of, node_name_index
@@ -100,13 +101,15 @@ class Controller:
         # Nodes that are not Ready are named on the jobs whose pods they hold (render/nodes.py).
         self.nodes = self._informer(NODE, None) if watch_nodes else None
         self.loop.watch(self.mpijobs, lambda old, new: [key_of(o) for o in (new or old,) if o is not None])
+        self.keys = JobKeys(self.mpijobs.store, self.children[JOB].store, self.children[POD].store)
         for inf in self.children.values():
-            self.loop.watch(inf, self.child_keys)
+            self.loop.watch(inf, self.keys.of_child)
         if self.priority_classes is not None:
             self.loop.cache(self.priority_classes)
         if self.nodes is not None:
-            self.loop.watch(self.nodes, self.node_keys)
+            self.loop.watch(self.nodes, self.keys.of_node)
         self.reader = obs.CacheReader(kube, self.children, self.priority_classes, self.nodes)
+        self.held = HeldWrites(self.writer, self.mpijobs, self.children[JOB])
         # key -> everything its syncs remember (reconcile.mpijob.memory): the only state between syncs
         self._memory: dict[str, JobMemory] = {}
         self._synced: dict[str, str] = {}
@@ -125,40 +128,9 @@ class Controller:
             on_event=self.metrics.watch_counter(res.kind),
         )
 
-    # -- events -> keys ---------------------------------------------------------------------------------
     @property
     def informers(self) -> list[Informer]:
         return self.loop.informers
-
-    def child_keys(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-        """The MPIJob of a changed child, unless nothing a sync could do follows from the change."""
-        keys = {self.owner_key(o) for o in (old, new) if o is not None}
-        return [k for k in sorted(k for k in keys if k is not None) if not self._moot(k, old, new)]
-
-    def node_keys(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-        """The jobs with pods on the node: its readiness or taints changed, or it is gone."""
-        name = str(((new or old) or {}).get("metadata", {}).get("name", ""))
-        keys = {self.owner_key(pod) for pod in self.children[POD].store.by_index("node", name)}
-        return sorted(k for k in keys if k is not None)
-
-    def _moot(self, key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-        job = self.mpijobs.store.get(key)
-        return job is not None and moot_child_event(job.get("status") or {}, old, new)
-
-    def owner_key(self, obj: Mapping[str, Any]) -> str | None:
-        """The MPIJob key of a child; launcher pods are mapped through their Job's controller reference."""
-        ref = controller_ref(obj)
-        if ref is None:
-            return None
-        ns = (obj.get("metadata") or {}).get("namespace", "")
-        if ref.get("kind") == "Job" and ref.get("apiVersion", "").startswith("batch/"):
-            job = self.children[JOB].store.get(f"{ns}/{ref.get('name')}")
-            ref = controller_ref(job) if job is not None else None
-            if ref is None:
-                return None
-        if ref.get("kind") == names.KIND and ref.get("apiVersion") == names.API_VERSION:
-            return f"{ns}/{ref.get('name')}"
-        return None
 
     # -- the loop's side ----------------------------------------------------------------------------------
     def start(self, sync_timeout: float | None = None) -> bool:
@@ -203,7 +175,7 @@ class Controller:
         if status is None:
             return
         try:
-            self._write_status(obj, status)
+            self.held.status(obj, status)
         except Exception as exc:  # the status write may be what fails; the event and the log still tell
             log.warning("condition %s not written", report.SYNC_FAILED, extra={"error": str(exc)})
 
@@ -232,7 +204,7 @@ class Controller:
         if decision.action is Action.IGNORE:
             return Result()
         if decision.action is Action.DELETE_JOB:
-            self._delete_expired(key, obj)
+            self.held.delete_expired(key, obj)
             return Result()
         assert decision.status is not None
         if decision.action is Action.INVALID:
@@ -248,7 +220,7 @@ class Controller:
     ) -> Result:
         the_plan = decision.plan
         if decision.clear_start_time is not None:
-            self._clear_launcher_start_time(decision.clear_start_time)
+            self.held.clear_start_time(decision.clear_start_time)
         answers: list[dict[str, Any]] = []
         result = ExecResult()
         if the_plan:
@@ -288,7 +260,7 @@ class Controller:
         self, obj: dict[str, Any], status: StatusDecision, children: list[dict[str, Any]]
     ) -> None:
         if status.write:
-            obj = self._write_status(obj, status.new)
+            obj = self.held.status(obj, status.new)
         report.record_transition(
             self.recorder, self.metrics, obj, status.old, status.shown, children, self._now()
         )
@@ -306,52 +278,6 @@ class Controller:
             # Upstream emits no events for routine child writes; failures are worth telling.
             if data.type == ev.WARNING and data.reason != "ErrResourceExists":
                 self.recorder.event(obj, data.type, data.reason, data.message)
-
-    # -- the writes of the objects a sync holds --------------------------------------------------------
-    def _write(
-        self, target: Mapping[str, Any], verb: WriteVerb, body: Any, subresource: str = ""
-    ) -> dict[str, Any]:
-        """One write of an object the sync holds (the MPIJob, or its launcher Job), through the Writer."""
-        meta = target["metadata"]
-        request = WriteRequest(
-            verb,
-            str(target["apiVersion"]),
-            str(target["kind"]),
-            str(meta.get("namespace", "")),
-            str(meta["name"]),
-            body,
-            subresource=subresource,
-        )
-        answer = self.writer.send(request) or {}
-        answer.setdefault("apiVersion", target["apiVersion"])
-        answer.setdefault("kind", target["kind"])
-        return answer
-
-    def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-        body = {**obj, "status": status}  # serialized as it is sent: no copy of the rest needed
-        updated = self._write(obj, "update", body, subresource="status")
-        self.mpijobs.observe(updated)
-        return updated
-
-    def _delete_expired(self, key: str, obj: dict[str, Any]) -> None:
-        log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "propagationPolicy": "Background",
-            "preconditions": {"uid": obj["metadata"].get("uid")},
-        }
-        try:
-            self._write(obj, "delete", options)
-        except WriteFailed as err:
-            if err.status not in (404, 409):
-                raise
-
-    def _clear_launcher_start_time(self, target: Mapping[str, Any]) -> None:
-        """On resume, clear the suspended launcher Job's startTime first: else its template is immutable."""
-        log.info("clearing the launcher Job's startTime to resume", extra={"job": target["metadata"]["name"]})
-        updated = self._write(target, "merge-patch", {"status": {"startTime": None}}, subresource="status")
-        self.children[JOB].observe(updated)
 
     def _read_back(self, outcome: Outcome, answers: list[dict[str, Any]]) -> None:
         """A write's answer into the caches at once (the next sync must not plan it again), and into this

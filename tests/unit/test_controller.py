@@ -55,15 +55,15 @@ def test_children_map_to_their_mpijob_and_launcher_pods_through_the_job():
     c = controller()
     launcher = obj("Job", "pi-launcher", MPIJOB_REF, uid="launcher-uid", api_version="batch/v1")
     c.children[JOB].store.upsert(launcher)
-    assert c.owner_key(obj("Pod", "pi-worker-0", MPIJOB_REF)) == "ns/pi"
+    assert c.keys.owner_key(obj("Pod", "pi-worker-0", MPIJOB_REF)) == "ns/pi"
     launcher_pod = obj("Pod", "pi-launcher-x", ref("Job", "pi-launcher", "launcher-uid", "batch/v1"))
-    assert c.owner_key(launcher_pod) == "ns/pi"
+    assert c.keys.owner_key(launcher_pod) == "ns/pi"
     # a pod of some other Job, an object with no controller, a controller of another kind: not ours
     other_job = obj("Job", "other", ref("CronJob", "c", "cj", "batch/v1"), api_version="batch/v1")
     c.children[JOB].store.upsert(other_job)
-    assert c.owner_key(obj("Pod", "p", ref("Job", "other", "uid-other", "batch/v1"))) is None
-    assert c.owner_key(obj("Pod", "p")) is None
-    assert c.owner_key(obj("Pod", "p", ref("ReplicaSet", "rs", "x", "apps/v1"))) is None
+    assert c.keys.owner_key(obj("Pod", "p", ref("Job", "other", "uid-other", "batch/v1"))) is None
+    assert c.keys.owner_key(obj("Pod", "p")) is None
+    assert c.keys.owner_key(obj("Pod", "p", ref("ReplicaSet", "rs", "x", "apps/v1"))) is None
 
 
 def test_child_events_enqueue_the_owner_key():
@@ -90,8 +90,8 @@ def test_a_node_event_enqueues_the_jobs_with_pods_on_it_and_their_children_inclu
     c.children[POD].store.upsert({**obj("Pod", "other-worker-0", other), "spec": {"nodeName": "n3"}})
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "resourceVersion": "1"}}
     c.nodes.store.upsert(node)
-    assert c.node_keys(node, node) == ["ns/pi"]
-    assert c.node_keys({"metadata": {"name": "n9"}}, None) == []  # no pod there
+    assert c.keys.of_node(node, node) == ["ns/pi"]
+    assert c.keys.of_node({"metadata": {"name": "n9"}}, None) == []  # no pod there
     job = render.parse_mpijob({**_mpijob(), "metadata": {**_mpijob()["metadata"], "uid": "job-uid"}})
     nodes = [o for o in children_of(job, c.reader) if o["kind"] == "Node"]
     assert nodes == [node]  # n1 is not in the cache

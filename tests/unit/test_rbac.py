@@ -114,7 +114,7 @@ def direct_calls() -> tuple[set[tuple[str, tuple[str, str]]], list[str]]:
 
 
 def _is_send(node: ast.AST) -> bool:
-    """The controller's own writes through its Writer: ``self._write(target, verb, body, ...)``."""
+    """A write of an object a sync holds, through the Writer: ``self._write(target, verb, body, ...)``."""
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -130,9 +130,9 @@ def used() -> dict[tuple[str, str], set[str]]:
     # The controller's writes of the objects a sync holds: the MPIJob's status and its deletion after the
     # TTL, and the launcher Job's startTime cleared on resume.
     assert sorted(set(variable)) == [
-        "controller.py:_clear_launcher_start_time:merge-patch/status",
-        "controller.py:_delete_expired:delete",
-        "controller.py:_write_status:update/status",
+        "heldwrites.py:clear_start_time:merge-patch/status",
+        "heldwrites.py:delete_expired:delete",
+        "heldwrites.py:status:update/status",
         "informer.py:_list:list",
         "informer.py:_watch:stream_lines",
         "leader.py:_watch:stream_lines",

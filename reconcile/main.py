@@ -212,57 +212,17 @@ def run(args: argparse.Namespace) -> int:
             "lock_namespace": args.lock_namespace,
         },
     )
-
     metrics = Metrics()
-
-    def count(verb: str, kind: str, code: str) -> None:
-        metrics.api_requests.labels(verb=verb, kind=kind, code=code).inc()
-
-    try:
-        client = api_client(args.kubeconfig, args.master)
-        lease_client = api_client(args.kubeconfig, args.master)
-    except Exception as err:
-        raise StartupError("cannot build the Kubernetes client", error=_short(err)) from err
     host = socket.gethostname()
     identity = f"{host}_{uuid.uuid4()}"
     # Every write of the controller's client passes the fence: none while we do not hold the Lease.
     fence = Fence()
-    # The identity in the user agent ties each request in the API server's audit log to a Lease holder.
-    kube = Kube(
-        client,
-        qps=args.kube_api_qps,
-        burst=args.kube_api_burst,
-        on_request=count,
-        user_agent=f"mpi-operator ({identity})",
-        fence=fence,
-    )
+    kube = _kube(args, metrics, f"mpi-operator ({identity})", fence)
     metrics.client_rate_limit.set_function(lambda: kube.limiter.rate or 0.0)
     # Leader election gets a client of its own (as client-go's "leader-election" one): a busy controller
     # must never starve the lease renewals of rate-limit tokens and lose the lease.
-    lease_kube = Kube(
-        lease_client,
-        qps=args.kube_api_qps,
-        burst=args.kube_api_burst,
-        on_request=count,
-        user_agent=f"mpi-operator/leader-election ({identity})",
-    )
-    stop = threading.Event()
-    received: list[str] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        # No logging here: a handler that runs while the main thread writes a log line re-enters the
-        # stream (RuntimeError: reentrant call); a thread says it instead.
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
-    def say_shutting_down() -> None:
-        stop.wait()
-        log.info("shutting down", extra={"signal": received[0] if received else ""})
-
-    threading.Thread(target=say_shutting_down, name="signals", daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    lease_kube = _kube(args, metrics, f"mpi-operator/leader-election ({identity})", None)
+    stop = _stop_on_signals()
 
     def startup_error(code: str) -> None:
         metrics.transient_errors.labels(source="startup", code=code).inc()
@@ -274,56 +234,24 @@ def run(args: argparse.Namespace) -> int:
     if not check_crd(kube, namespaces[0], on_error=startup_error, stop=stop):
         log.info("stopped")
         return 0
-
-    workload_api = ""
-    if args.gang_scheduling == names.KUBERNETES_GANG:
-        served = _retried(
-            "cannot discover the Workload API yet, retrying",
-            lambda: served_workload_api(kube),
-            startup_error,
-            stop,
-            STARTUP_BACKOFF,
-        )
-        if served is None:
-            log.info("stopped")
-            return 0
-        workload_api = served
-        if workload_api:
-            log.info("gang scheduling through the Workload API", extra={"api_version": workload_api})
-        else:
-            log.warning(
-                "gang scheduling is not possible: the API server serves no Workload API; MPIJobs are "
-                "scheduled one pod at a time and say so in their GangScheduled condition",
-                extra={"looked_for": ", ".join(names.WORKLOAD_API_VERSIONS)},
-            )
-
+    workload_api = _workload_api(args, kube, startup_error, stop)
+    if workload_api is None:
+        log.info("stopped")
+        return 0
     recorder = BackgroundEventRecorder(kube, component=EVENT_COMPONENT, host=host)
+    config = render.Config(
+        cluster_domain=args.cluster_domain,
+        gang_scheduling=args.gang_scheduling,
+        workload_api=workload_api,
+        force_delete_lost_workers_after=args.force_delete_lost_workers_after,
+    )
     controller = Controllers(
-        [
-            Controller(
-                kube,
-                render.Config(
-                    cluster_domain=args.cluster_domain,
-                    gang_scheduling=args.gang_scheduling,
-                    workload_api=workload_api,
-                    force_delete_lost_workers_after=args.force_delete_lost_workers_after,
-                ),
-                metrics=metrics,
-                recorder=recorder,
-                namespace=namespace,
-                threadiness=args.threadiness,
-                queue_qps=args.controller_queue_rate_limit,
-                queue_burst=args.controller_queue_burst,
-                watch_nodes=args.watch_nodes,
-            )
-            for namespace in namespaces
-        ]
+        [_controller(args, kube, config, metrics, recorder, namespace) for namespace in namespaces]
     )
 
     def started() -> None:
-        if not controller.start():
-            return
-        log.info("controller running", extra={"workers": args.threadiness})
+        if controller.start():
+            log.info("controller running", extra={"workers": args.threadiness})
 
     elector = LeaderElector(
         lease_kube,
@@ -338,7 +266,111 @@ def run(args: argparse.Namespace) -> int:
         on_stopped=lambda: fatal("leader election lost"),
         on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
     )
+    health = _health_server(args, metrics, elector, controller)
 
+    def before_release(timeout: float) -> None:
+        started = time.monotonic()
+        controller.stop(timeout)
+        # the syncs' last events, while the fence still lets them through
+        recorder.flush(max(0.0, min(2.0, timeout - (time.monotonic() - started))))
+
+    elector.run(stop, before_release=before_release)
+    health.stop()
+    log.info("stopped")
+    return 0
+
+
+def _kube(args: argparse.Namespace, metrics: Metrics, user_agent: str, fence: Fence | None) -> Kube:
+    """A client of its own, counted in the request metric. The identity in the user agent ties each
+    request in the API server's audit log to a Lease holder."""
+
+    def count(verb: str, kind: str, code: str) -> None:
+        metrics.api_requests.labels(verb=verb, kind=kind, code=code).inc()
+
+    try:
+        client = api_client(args.kubeconfig, args.master)
+    except Exception as err:
+        raise StartupError("cannot build the Kubernetes client", error=_short(err)) from err
+    return Kube(
+        client,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        on_request=count,
+        user_agent=user_agent,
+        fence=fence,
+    )
+
+
+def _stop_on_signals() -> threading.Event:
+    """Set by SIGTERM or SIGINT."""
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # No logging here: a handler that runs while the main thread writes a log line re-enters the
+        # stream (RuntimeError: reentrant call); a thread says it instead.
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    def say_shutting_down() -> None:
+        stop.wait()
+        log.info("shutting down", extra={"signal": received[0] if received else ""})
+
+    threading.Thread(target=say_shutting_down, name="signals", daemon=True).start()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def _workload_api(
+    args: argparse.Namespace, kube: Kube, startup_error: Callable[[str], None], stop: threading.Event
+) -> str | None:
+    """The served Workload API version for --gang-scheduling=kubernetes ("" when none is served, or
+    without it); None when stopped while asking."""
+    if args.gang_scheduling != names.KUBERNETES_GANG:
+        return ""
+    served = _retried(
+        "cannot discover the Workload API yet, retrying",
+        lambda: served_workload_api(kube),
+        startup_error,
+        stop,
+        STARTUP_BACKOFF,
+    )
+    if served:
+        log.info("gang scheduling through the Workload API", extra={"api_version": served})
+    elif served is not None:
+        log.warning(
+            "gang scheduling is not possible: the API server serves no Workload API; MPIJobs are "
+            "scheduled one pod at a time and say so in their GangScheduled condition",
+            extra={"looked_for": ", ".join(names.WORKLOAD_API_VERSIONS)},
+        )
+    return served
+
+
+def _controller(
+    args: argparse.Namespace,
+    kube: Kube,
+    config: render.Config,
+    metrics: Metrics,
+    recorder: BackgroundEventRecorder,
+    namespace: str,
+) -> Controller:
+    return Controller(
+        kube,
+        config,
+        metrics=metrics,
+        recorder=recorder,
+        namespace=namespace,
+        threadiness=args.threadiness,
+        queue_qps=args.controller_queue_rate_limit,
+        queue_burst=args.controller_queue_burst,
+        watch_nodes=args.watch_nodes,
+    )
+
+
+def _health_server(
+    args: argparse.Namespace, metrics: Metrics, elector: LeaderElector, controller: Controllers
+) -> HealthServer:
     def ready() -> bool:
         return controller.has_synced() if elector.is_leader else True
 
@@ -355,17 +387,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise StartupError(f"cannot listen on {args.bind_address}:{port}", error=str(err)) from err
     health.start()
-
-    def before_release(timeout: float) -> None:
-        started = time.monotonic()
-        controller.stop(timeout)
-        # the syncs' last events, while the fence still lets them through
-        recorder.flush(max(0.0, min(2.0, timeout - (time.monotonic() - started))))
-
-    elector.run(stop, before_release=before_release)
-    health.stop()
-    log.info("stopped")
-    return 0
+    return health
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """plan(desired, live, policy, owner_uid) -> Plan: the generic differ. Pure; knows Kubernetes only.
 
-Rules (docs/architecture.md, DESIGN §3):
+Rules (docs/architecture.md, "reconcile"):
 
 1. Identity is (API group, kind, namespace, name); the version is not part of it.
 2. Only objects whose controller ownerReference has ``owner_uid`` are patched or deleted. A wanted name

@@ -1,8 +1,8 @@
 """What the informer caches keep of a child: the fields render, status and the differ read, nothing else.
 
-A cached Pod cost ~31 KiB of Python objects (its JSON: 6 KiB), most of it a spec nothing reads (Pods are
-create-only: the differ compares labels and annotations only) and status the kubelet (kwok) writes; a
-launcher Job ~33 KiB, most of it its pod template. At 1,000 x 8 that was ~300 MiB of pods.
+Most of a cached Pod is a spec nothing reads (Pods are create-only: the differ compares labels and
+annotations only) and status the kubelet writes; most of a launcher Job is its pod template. What this
+saves per object is measured in docs/performance.md (Memory).
 
 Kept, by kind (what is not listed is dropped):
 

@@ -1,10 +1,10 @@
 """What the MPI controller hands the generic engine, as data: its field manager and per-kind policy.
 
-DESIGN §3.4 in Kubernetes' own rules for the kinds we render: Pods and the SSH Secret create-only
-(labels and annotations may change); the launcher Job takes only ``suspend`` and, while suspended and
-not started, the scheduling directives; ConfigMap, Service (knowing its server defaults), both PodGroup
-kinds and Kubernetes' Workload and PodGroup patched in place; creates in dependency order, deletes in
-the reverse one.
+Kubernetes' own rules for the kinds we render (docs/architecture.md): Pods and the SSH Secret
+create-only (labels and annotations may change); the launcher Job takes only ``suspend`` and, while
+suspended and not started, the scheduling directives; ConfigMap, Service (knowing its server defaults),
+both PodGroup kinds and Kubernetes' Workload and PodGroup patched in place; creates in dependency order,
+deletes in the reverse one.
 """
 
 from __future__ import annotations

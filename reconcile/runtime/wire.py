@@ -1,17 +1,16 @@
 """HTTP/1.1 requests to the API server on kept-alive connections, and watches.
 
-Through urllib3 and ``http.client`` a request cost about 330 microseconds of CPU here, most of it in
-Python: ``http.client`` parses each answer's headers with the ``email`` package, and urllib3 adds its pool
-and retry bookkeeping. That was a quarter of the operator's CPU per job. Here a request is one
-``sendall`` and the answer is parsed by httptools (llhttp, in C): about 50 microseconds.
+Through urllib3 and ``http.client`` most of a request's CPU was Python: ``http.client`` parses each
+answer's headers with the ``email`` package, and urllib3 adds its pool and retry bookkeeping. Here a
+request is one ``sendall`` and the answer is parsed by httptools (llhttp, in C); what that saves per job
+is measured in docs/performance.md.
 
 The connections are urllib3's, made by the pool the kubernetes client's pool manager holds for the API
 server, so TLS, client certificates, the server's certificate check and proxies are exactly the kubernetes
 client's: an HTTPS server behind a proxy is reached through a CONNECT tunnel (as urllib3 sets it up), a
 plain-HTTP one by sending each request to the proxy with the whole URL (the proxy forwards it), and a SOCKS
 proxy is dialled by urllib3's SOCKS connections. A watch's answer is read as it comes (``stream``) on a
-connection of its own, in pieces of up to 64 KiB: urllib3 read a chunked stream chunk by chunk in Python,
-6% of the operator's CPU.
+connection of its own, in pieces of up to 64 KiB: urllib3 read a chunked stream chunk by chunk in Python.
 
 Kept-alive connections wait on one stack, which the operator's threads (workers, informers, leader
 election) share: taking one from it and putting one back happen under a lock.

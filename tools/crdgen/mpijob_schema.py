@@ -1,7 +1,7 @@
 """The MPIJob `kubeflow.org/v2beta1` schema: our fields, their defaults, enums and admission rules.
 
 Field names, types and JSON shapes match upstream mpi-operator v2beta1 so existing manifests keep working.
-Defaults and rejections follow docs and DESIGN.md section 4: `cleanPodPolicy` defaults to `Running`, and
+Defaults and rejections follow docs/api.md: `cleanPodPolicy` defaults to `Running`, and
 what upstream only checked inside its controller is rejected here at admission.
 """
 

@@ -67,6 +67,7 @@ from localcluster.jobs import minimal_job  # noqa: E402
 from localcluster.kubectl import kubectl  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
 from reconcile.mpijob.cacheform import cache_form  # noqa: E402
+from reconcile.mpijob.kinds import MPIJOB  # noqa: E402
 from reconcile.runtime import kube as k  # noqa: E402
 
 NAMESPACE = "bench"
@@ -80,7 +81,7 @@ OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 LOAD_NS, LOAD_USER = "load", "system:serviceaccount:load:loader"
 # a loaded API server: 30 seats in all, so that a Python load client saturates APF's levels
 LOADED_APISERVER = ("--max-requests-inflight=20", "--max-mutating-requests-inflight=10")
-CACHED_KINDS = (k.POD, k.JOB, k.SERVICE, k.CONFIGMAP, k.SECRET, k.MPIJOB)
+CACHED_KINDS = (k.POD, k.JOB, k.SERVICE, k.CONFIGMAP, k.SECRET, MPIJOB)
 
 
 def mpijob(name: str, workers: int, namespace: str = NAMESPACE) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def raw(
 
 def submit(api: client.ApiClient, obj: dict[str, Any]) -> int:
     """Create an MPIJob as a user would: a 429 (a loaded server) is retried after its Retry-After."""
-    path = k.MPIJOB.path(obj["metadata"]["namespace"])
+    path = MPIJOB.path(obj["metadata"]["namespace"])
     for _ in range(60):
         req = api.param_serialize(
             "POST",

@@ -41,6 +41,11 @@ class ObjectKey:
         return f"{kind} {where}"
 
 
+def _entry(action: str, key: ObjectKey, api_version: str, **fields: Any) -> dict[str, Any]:
+    """A plan entry as printed (``mpijob plan``): what, which object, then the entry's own fields."""
+    return {"action": action, "object": str(key), "apiVersion": api_version, **fields}
+
+
 @attrs.frozen
 class Create:
     key: ObjectKey
@@ -48,12 +53,7 @@ class Create:
     body: dict[str, Any] = attrs.field(eq=True, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": "create",
-            "object": str(self.key),
-            "apiVersion": self.api_version,
-            "body": self.body,
-        }
+        return _entry("create", self.key, self.api_version, body=self.body)
 
     def __str__(self) -> str:
         return f"create {self.key}"
@@ -79,15 +79,15 @@ class Patch:
     removal_patch: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": "patch",
-            "object": str(self.key),
-            "apiVersion": self.api_version,
-            "uid": self.uid,
-            "jsonPatch": list(self.json_patch),
-            "body": self.body,
-            "removalPatch": list(self.removal_patch),
-        }
+        return _entry(
+            "patch",
+            self.key,
+            self.api_version,
+            uid=self.uid,
+            jsonPatch=list(self.json_patch),
+            body=self.body,
+            removalPatch=list(self.removal_patch),
+        )
 
     def __str__(self) -> str:
         ops = ", ".join(f"{op['op']} {op['path']}" for op in self.json_patch)
@@ -105,12 +105,7 @@ class Delete:
     grace_period_seconds: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "action": "delete",
-            "object": str(self.key),
-            "apiVersion": self.api_version,
-            "uid": self.uid,
-        }
+        out = _entry("delete", self.key, self.api_version, uid=self.uid)
         if self.grace_period_seconds is not None:
             out["gracePeriodSeconds"] = self.grace_period_seconds
         return out
@@ -132,13 +127,9 @@ class Conflict:
     controller_uid: str  # its controller's UID, "" if it has no controller
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": "conflict",
-            "object": str(self.key),
-            "apiVersion": self.api_version,
-            "uid": self.holder_uid,
-            "controllerUid": self.controller_uid,
-        }
+        return _entry(
+            "conflict", self.key, self.api_version, uid=self.holder_uid, controllerUid=self.controller_uid
+        )
 
     def __str__(self) -> str:
         by = f"controller {self.controller_uid}" if self.controller_uid else "no controller"

@@ -16,7 +16,6 @@ import copy
 import os
 import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ import yaml
 from localcluster import pki
 from localcluster.binaries import built_dir
 from localcluster.cluster import wait_for_crds
+from localcluster.kubectl import KubectlFailed, kubectl
 from localcluster.processes import Proc, free_port
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Kueue:
         if self.proc is not None:
             self.cluster.stop_component(self.proc)
             self.proc = None
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(KubectlFailed):
             self._kubectl(
                 "delete",
                 "--ignore-not-found",
@@ -171,17 +171,7 @@ class Kueue:
         )
 
     def _kubectl(self, *args: str) -> str:
-        out = subprocess.run(
-            [str(Path(str(self.cluster.bin_dir)) / "kubectl"), *args],
-            env={**os.environ, **self.cluster.env()},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args[:2])} failed:\n{out.stdout}\n{out.stderr}")
-        return out.stdout
+        return kubectl(self.cluster, *args).stdout
 
     def _wait_ready(self) -> None:
         assert self.proc is not None

@@ -18,6 +18,8 @@ from kubernetes import client, config, utils
 
 from localcluster import BinariesMissing, StartupError
 from localcluster.cluster import STATE_FILE, ClusterSpec, LocalCluster, terminate_on_signals, wait_for_crds
+from localcluster.kubectl import KubectlFailed
+from localcluster.kubectl import kubectl as run_kubectl
 from localcluster.operator import OperatorExited, OperatorRunner, stop_recorded
 from localcluster.sandbox import NODE_LABEL, NodeUnavailable, RealCluster, check_host
 from localcluster.sandbox.layout import MAX_NODES
@@ -49,14 +51,14 @@ def say(msg: str) -> None:
 
 
 def kubectl(cluster: LocalCluster, *args: str) -> None:
-    proc = subprocess.run(
-        ["kubectl", *args], env={**os.environ, **cluster.env()}, capture_output=True, text=True
-    )
+    """The cluster's kubectl, its output shown; a failure is the demo's error, with kubectl's last line."""
+    try:
+        proc = run_kubectl(cluster, *args)
+    except KubectlFailed as err:
+        detail = (err.proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DemoError(f"kubectl {' '.join(args)} failed: {detail}") from None
     if proc.stdout:
         print(proc.stdout, end="", flush=True)
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DemoError(f"kubectl {' '.join(args)} failed: {detail}")
 
 
 def start_operator(cluster: LocalCluster, *, detached: bool) -> OperatorRunner:

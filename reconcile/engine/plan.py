@@ -42,7 +42,7 @@ class ObjectKey:
 
 
 def _entry(action: str, key: ObjectKey, api_version: str, **fields: Any) -> dict[str, Any]:
-    """A plan entry as printed (``mpijob plan``): what, which object, then the entry's own fields."""
+    """A plan entry as printed: what, which object, then the entry's own fields."""
     return {"action": action, "object": str(key), "apiVersion": api_version, **fields}
 
 

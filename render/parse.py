@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -21,6 +21,7 @@ INT64_MAX = bounds.INT64_MAX
 # Deeper input is no MPIJob (the pod template's schema is about 15 levels deep); checking first keeps
 # every recursive step after it (copies, JSON, YAML) far from Python's recursion limit.
 MAX_DEPTH = 64
+_T = TypeVar("_T")
 
 
 class Reader:
@@ -32,35 +33,26 @@ class Reader:
     def error(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
 
-    def map(self, obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
+    def _typed(self, obj: Mapping[str, Any], key: str, path: str, kind: type[_T], expected: str) -> _T | None:
+        """``obj[key]`` if it is a ``kind``; None if it is absent or (an error, naming ``expected``) not."""
         value = obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self.error(path, f"Invalid value: {_type_name(value)}: must be an object")
-            return None
-        return value
+        if value is None or isinstance(value, kind):
+            return value
+        self.error(path, f"Invalid value: {_type_name(value)}: must be {expected}")
+        return None
+
+    def map(self, obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
+        # isinstance takes the abstract class; mypy wants a concrete one for type[T]
+        return self._typed(obj, key, path, Mapping, "an object")  # type: ignore[type-abstract]
 
     def str(self, obj: Mapping[str, Any], key: str, path: str) -> str | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            self.error(path, f"Invalid value: {_type_name(value)}: must be a string")
-            return None
-        return value
+        return self._typed(obj, key, path, str, "a string")
 
     # builtins.str: the method above shadows the name in this class's annotations
     def bool(
         self, obj: Mapping[builtins.str, Any], key: builtins.str, path: builtins.str
     ) -> builtins.bool | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            self.error(path, f"Invalid value: {_type_name(value)}: must be a boolean")
-            return None
-        return value
+        return self._typed(obj, key, path, bool, "a boolean")
 
     def int(
         self,

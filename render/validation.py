@@ -23,6 +23,26 @@ def _unsupported(value: object, allowed: tuple[str, ...]) -> str:
     return f"Unsupported value: {quote(value)}: supported values: " + ", ".join(f'"{a}"' for a in allowed)
 
 
+def _array(value: object, path: str, errs: list[FieldError]) -> list[Any]:
+    """``value``'s items to check: none when it is absent, or not an array (an error then)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        errs.append(FieldError(path, "Invalid value: must be an array"))
+        return []
+    return value
+
+
+def _object(value: object, path: str, errs: list[FieldError]) -> Mapping[str, Any]:
+    """``value``'s fields to check: none when it is absent, or not an object (an error then)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errs.append(FieldError(path, "Invalid value: must be an object"))
+        return {}
+    return value
+
+
 def too_many_workers(replicas: int, name_len: int) -> str:
     """The message for a worker count above bounds.max_workers (the CRD's rule says the same)."""
     return f"Invalid value: {replicas}: {bounds.worker_limit_message(name_len)}"
@@ -206,13 +226,9 @@ def _validate_replica(job: MPIJob, rtype: str, spec: ReplicaSpec, errs: list[Fie
 def _validate_template(
     job: MPIJob, rtype: str, template: Mapping[str, Any], base: str, errs: list[FieldError]
 ) -> None:
-    meta = template.get("metadata")
-    if meta is not None:
-        if not isinstance(meta, Mapping):
-            errs.append(FieldError(f"{base}.metadata", "Invalid value: must be an object"))
-        else:
-            _validate_string_map(meta.get("labels"), f"{base}.metadata.labels", errs, labels=True)
-            _validate_string_map(meta.get("annotations"), f"{base}.metadata.annotations", errs, labels=False)
+    meta = _object(template.get("metadata"), f"{base}.metadata", errs)
+    _validate_string_map(meta.get("labels"), f"{base}.metadata.labels", errs, labels=True)
+    _validate_string_map(meta.get("annotations"), f"{base}.metadata.annotations", errs, labels=False)
     pod = template.get("spec")
     if not isinstance(pod, Mapping):
         if pod is not None:
@@ -244,12 +260,7 @@ def _validate_containers(
 
 
 def _validate_init_containers(rtype: str, init: object, path: str, errs: list[FieldError]) -> None:
-    if init is None:
-        return
-    if not isinstance(init, list):
-        errs.append(FieldError(path, "Invalid value: must be an array"))
-        return
-    for i, c in enumerate(init):
+    for i, c in enumerate(_array(init, path, errs)):
         _validate_container(c, f"{path}[{i}]", errs)
         ours = isinstance(c, Mapping) and c.get("name") == names.WAIT_CONTAINER
         if rtype == names.LAUNCHER and ours:
@@ -264,12 +275,7 @@ def _validate_init_containers(rtype: str, init: object, path: str, errs: list[Fi
 def _validate_volumes(rtype: str, volumes: object, path: str, errs: list[FieldError]) -> None:
     """Volume names, none of them one the operator adds to this replica's pods."""
     ours = {names.SSH_VOLUME, names.CONFIG_VOLUME} if rtype == names.LAUNCHER else {names.SSH_VOLUME}
-    if volumes is None:
-        return
-    if not isinstance(volumes, list):
-        errs.append(FieldError(path, "Invalid value: must be an array"))
-        return
-    for i, v in enumerate(volumes):
+    for i, v in enumerate(_array(volumes, path, errs)):
         if not isinstance(v, Mapping) or not isinstance(v.get("name"), str):
             errs.append(FieldError(f"{path}[{i}].name", "Required value"))
         elif v["name"] in ours:
@@ -298,12 +304,7 @@ def _validate_pod_field_types(pod: Mapping[str, Any], path: str, errs: list[Fiel
 
 
 def _validate_dns_config(dns: object, path: str, errs: list[FieldError]) -> None:
-    if dns is None:
-        return
-    if not isinstance(dns, Mapping):
-        errs.append(FieldError(path, "Invalid value: must be an object"))
-        return
-    searches = dns.get("searches")
+    searches = _object(dns, path, errs).get("searches")
     if searches is None:
         return
     if not isinstance(searches, list) or not all(isinstance(s, str) for s in searches):
@@ -319,12 +320,7 @@ def _validate_dns_config(dns: object, path: str, errs: list[FieldError]) -> None
 
 
 def _validate_string_map(value: object, path: str, errs: list[FieldError], *, labels: bool) -> None:
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        errs.append(FieldError(path, "Invalid value: must be an object"))
-        return
-    for k, v in value.items():
+    for k, v in _object(value, path, errs).items():
         if not isinstance(k, str) or not names.is_qualified_name(k):
             errs.append(
                 FieldError(f"{path}[{path_key(k)}]", f"Invalid value: {quote(k)}: must be a valid label key")
@@ -359,22 +355,13 @@ def _validate_container(c: object, path: str, errs: list[FieldError]) -> None:
         for i, e in enumerate(env):
             if isinstance(e, Mapping) and not isinstance(e.get("name"), str):
                 errs.append(FieldError(f"{path}.env[{i}].name", "Required value"))
-    resources = c.get("resources")
-    if resources is not None:
-        if not isinstance(resources, Mapping):
-            errs.append(FieldError(f"{path}.resources", "Invalid value: must be an object"))
-        else:
-            for key in ("requests", "limits"):
-                _validate_resource_list(resources.get(key), f"{path}.resources.{key}", errs)
+    resources = _object(c.get("resources"), f"{path}.resources", errs)
+    for key in ("requests", "limits"):
+        _validate_resource_list(resources.get(key), f"{path}.resources.{key}", errs)
 
 
 def _validate_resource_list(value: object, path: str, errs: list[FieldError]) -> None:
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        errs.append(FieldError(path, "Invalid value: must be an object"))
-        return
-    for k, v in value.items():
+    for k, v in _object(value, path, errs).items():
         if not isinstance(k, str) or not k:
             errs.append(FieldError(f"{path}[{path_key(k)}]", "Invalid value: must be a resource name"))
         elif not quantity.is_valid(v):

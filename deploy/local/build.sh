@@ -51,6 +51,12 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { echo "build.sh: $*" >&2; }
 fail() { echo "build.sh: error: $*" >&2; exit 1; }
+# print_built DIR [WHAT]: print DIR and exit if a finished build stamped it; else say so and exit 1.
+print_built() {
+  [ -f "$1/$STAMP" ] || { log "${2:+$2 }not built: $1"; exit 1; }
+  echo "$1"
+  exit 0
+}
 
 go_mod_dir() {
   go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
@@ -60,32 +66,15 @@ k8s_src() { go_mod_dir "k8s.io/kubernetes@$K8S_VERSION"; }
 MODE=control-plane
 case "${1:-}" in
   --print-k8s-src) k8s_src; exit 0 ;;
-  --print-bin-dir) [ -f "$BIN_DIR/$STAMP" ] || { log "not built: $BIN_DIR"; exit 1; }; echo "$BIN_DIR"; exit 0 ;;
-  --print-kwok-dir)
-    [ -f "$KWOK_BIN_DIR/$STAMP" ] || { log "kwok not built: $KWOK_BIN_DIR"; exit 1; }
-    echo "$KWOK_BIN_DIR"
-    exit 0
-    ;;
+  --print-bin-dir) print_built "$BIN_DIR" ;;
+  --print-kwok-dir) print_built "$KWOK_BIN_DIR" kwok ;;
   --kwok) MODE=kwok ;;
-  --print-kueue-dir)
-    [ -f "$KUEUE_DIR/$STAMP" ] || { log "Kueue not built: $KUEUE_DIR"; exit 1; }
-    echo "$KUEUE_DIR"
-    exit 0
-    ;;
-  --print-upstream-dir)
-    [ -f "$UPSTREAM_DIR/$STAMP" ] || { log "upstream mpi-operator not built: $UPSTREAM_DIR"; exit 1; }
-    echo "$UPSTREAM_DIR"
-    exit 0
-    ;;
+  --print-kueue-dir) print_built "$KUEUE_DIR" Kueue ;;
+  --print-upstream-dir) print_built "$UPSTREAM_DIR" "upstream mpi-operator" ;;
   --upstream) MODE=upstream ;;
-  --print-prometheus-dir)
-    [ -f "$PROMETHEUS_DIR/$STAMP" ] || { log "Prometheus not built: $PROMETHEUS_DIR"; exit 1; }
-    echo "$PROMETHEUS_DIR"
-    exit 0
-    ;;
+  --print-prometheus-dir) print_built "$PROMETHEUS_DIR" Prometheus ;;
   --prometheus) MODE=prometheus ;;
-  --print-node-bin-dir)
-    [ -f "$NODE_BIN_DIR/$STAMP" ] || { log "not built: $NODE_BIN_DIR"; exit 1; }; echo "$NODE_BIN_DIR"; exit 0 ;;
+  --print-node-bin-dir) print_built "$NODE_BIN_DIR" ;;
   --node) MODE=node ;;
   --control-plane) MODE=control-plane-only ;;
   "") ;;
@@ -330,26 +319,19 @@ node_binaries() {
   } >"$STAGE/versions.txt"
 }
 
-if [ "$MODE" = node ]; then
-  locked_build "$NODE_BIN_DIR" "$NODE_KEY" node_binaries
-  echo "$NODE_BIN_DIR"
+# build_alone OUT_DIR KEY FUNCTION: one part on its own (--node, --prometheus, --kwok, --upstream): build
+# it if needed, print its dir and exit.
+build_alone() {
+  locked_build "$1" "$2" "$3"
+  echo "$1"
   exit 0
-fi
-if [ "$MODE" = prometheus ]; then
-  locked_build "$PROMETHEUS_DIR" "prometheus-$PROMETHEUS_VERSION" prometheus
-  echo "$PROMETHEUS_DIR"
-  exit 0
-fi
-if [ "$MODE" = kwok ]; then
-  locked_build "$KWOK_BIN_DIR" "kwok-$KWOK_VERSION" kwok
-  echo "$KWOK_BIN_DIR"
-  exit 0
-fi
-if [ "$MODE" = upstream ]; then
-  locked_build "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream
-  echo "$UPSTREAM_DIR"
-  exit 0
-fi
+}
+case "$MODE" in
+  node) build_alone "$NODE_BIN_DIR" "$NODE_KEY" node_binaries ;;
+  prometheus) build_alone "$PROMETHEUS_DIR" "prometheus-$PROMETHEUS_VERSION" prometheus ;;
+  kwok) build_alone "$KWOK_BIN_DIR" "kwok-$KWOK_VERSION" kwok ;;
+  upstream) build_alone "$UPSTREAM_DIR" "mpi-operator-$UPSTREAM_MPI_OPERATOR_VERSION" upstream ;;
+esac
 locked_build "$BIN_DIR" "$KEY" control_plane
 if [ "$MODE" != control-plane-only ]; then
   locked_build "$KWOK_BIN_DIR" "kwok-$KWOK_VERSION" kwok

@@ -184,6 +184,32 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _cache_entry(root: Path, name: str, key: str) -> Iterator[tuple[Path, bool]]:
+    """The entry ``root/<name>-<key>``, held under its lock, and whether it is still to build (no
+    ``.complete`` stamp yet)."""
+    out = root / f"{name}-{key}"
+    with _locked(root / f"{name}-{key}.lock"):
+        yield out, not (out / ".complete").exists()
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """A finished stage stamped and moved to ``out`` in one rename: readers see all of it or nothing."""
+    (stage / ".complete").touch()
+    stage.rename(out)
+
+
+def _image_archive(stage: Path, name: str, base_layer: oci.Layer, config: oci.ImageConfig) -> None:
+    """``stage/image.tar`` and its digest: the chroot's changes (``stage/upper``) as one layer over
+    ``base_layer``. The build trees go."""
+    layer = oci.write_layer(stage / "upper", stage / "layer.tar", overlay_upper=True)
+    digest = oci.write_archive(name, [base_layer, layer], config, stage / "image.tar")
+    (stage / "digest").write_text(digest)
+    layer.path.unlink()
+    shutil.rmtree(stage / "upper")
+    shutil.rmtree(stage / "input")
+
+
 def _run(argv: list[str], **kw: object) -> None:
     subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
 
@@ -276,11 +302,8 @@ def _apt_script(packages: tuple[str, ...]) -> str:
 # -- the pieces ------------------------------------------------------------------------------------
 def build_base(root: Path) -> tuple[Path, oci.Layer]:
     """debootstrap --variant=minbase + base.sh; returns (rootfs, its layer)."""
-    key = _inputs_hash("base", SUITE, BASE_PACKAGES)
-    out = root / f"base-{key}"
-    layer_path = out / "layer.tar"
-    with _locked(root / f"base-{key}.lock"):
-        if not (out / ".complete").exists():
+    with _cache_entry(root, "base", _inputs_hash("base", SUITE, BASE_PACKAGES)) as (out, to_build):
+        if to_build:
             began = time.monotonic()
             log(f"Debian {SUITE} base (debootstrap minbase + ssh; ~5 min cold, ~100 MB of packages)")
             shutil.rmtree(out, ignore_errors=True)
@@ -302,10 +325,9 @@ def build_base(root: Path) -> tuple[Path, oci.Layer]:
             _run(["chroot", str(rootfs), "/bin/sh", "-eu", "/base.sh"], env=chroot_env)
             (rootfs / "base.sh").unlink()
             oci.write_layer(rootfs, stage / "layer.tar")
-            (stage / ".complete").touch()
-            stage.rename(out)
+            _publish(stage, out)
             log(f"base built in {time.monotonic() - began:.0f}s")
-    return out / "rootfs", _layer(layer_path)
+    return out / "rootfs", _layer(out / "layer.tar")
 
 
 def _layer(path: Path) -> oci.Layer:
@@ -331,10 +353,8 @@ def build_pi(root: Path, base: Path, flavours: Collection[str] = tuple(PI_FLAVOU
     every = tuple(PI_FLAVOURS)
     if wanted != every and (root / f"pi-{_pi_key(every)}" / ".complete").exists():
         return root / f"pi-{_pi_key(every)}"
-    key = _pi_key(wanted)
-    out = root / f"pi-{key}"
-    with _locked(root / f"pi-{key}.lock"):
-        if not (out / ".complete").exists():
+    with _cache_entry(root, "pi", _pi_key(wanted)) as (out, to_build):
+        if to_build:
             began = time.monotonic()
             names = " and ".join({"openmpi": "Open MPI", "mpich": "MPICH"}[f] for f in wanted)
             log(f"pi program (builder chroot with gcc and {names}; ~2 min cold)")
@@ -385,11 +405,8 @@ def _wheel_tree(requirement: str, dest: Path) -> None:
 
 def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir: Path | None) -> Path:
     recipe = RECIPES[impl]
-    key = _inputs_hash("image", SUITE, recipe)
-    out = root / f"{impl}-{key}"
-    archive = out / "image.tar"
-    with _locked(root / f"{impl}-{key}.lock"):
-        if not (out / ".complete").exists():
+    with _cache_entry(root, impl, _inputs_hash("image", SUITE, recipe)) as (out, to_build):
+        if to_build:
             began = time.monotonic()
             what = f"PyPI {recipe.wheel}" if recipe.wheel else f"Debian {', '.join(recipe.packages)}"
             log(f"image {recipe.name} ({what}; ~1-2 min cold)")
@@ -408,27 +425,19 @@ def build_image(root: Path, impl: str, base: Path, base_layer: oci.Layer, pi_dir
                 script += "install -m 0755 -o mpiuser -g mpiuser /tmp/build/pi /home/mpiuser/pi\n"
             script += recipe.script
             _chroot_build(base, upper, inp, script)
-            layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
             config = oci.ImageConfig(
                 env=recipe.env, entrypoint=recipe.entrypoint, working_dir="/home/mpiuser"
             )
-            digest = oci.write_archive(recipe.name, [base_layer, layer], config, stage / "image.tar")
-            (stage / "digest").write_text(digest)
-            layer.path.unlink()
-            shutil.rmtree(upper)
-            shutil.rmtree(inp)
-            (stage / ".complete").touch()
-            stage.rename(out)
+            _image_archive(stage, recipe.name, base_layer, config)
+            _publish(stage, out)
             log(f"{recipe.name} built in {time.monotonic() - began:.0f}s")
-    return archive
+    return out / "image.tar"
 
 
 def build_pause(root: Path) -> Path:
     """A scratch image holding only a static pause binary: the pods' sandbox image."""
-    key = _inputs_hash("pause")
-    out = root / f"pause-{key}"
-    with _locked(root / f"pause-{key}.lock"):
-        if not (out / ".complete").exists():
+    with _cache_entry(root, "pause", _inputs_hash("pause")) as (out, to_build):
+        if to_build:
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".pause-"))
             tree = stage / "tree"
             tree.mkdir()
@@ -439,9 +448,8 @@ def build_pause(root: Path) -> Path:
             (stage / "digest").write_text(digest)
             layer.path.unlink()
             shutil.rmtree(tree)
-            (stage / ".complete").touch()
             shutil.rmtree(out, ignore_errors=True)
-            stage.rename(out)
+            _publish(stage, out)
     return out / "image.tar"
 
 
@@ -458,10 +466,8 @@ def _sources_hash() -> str:
 def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
     """The operator as deploy/Dockerfile describes it, from the same Debian base (no registry): Debian's
     Python 3.11, a venv with the project's wheel and its PyPI dependencies, uid 65532."""
-    key = _inputs_hash("operator", SUITE, _sources_hash())
-    out = root / f"operator-{key}"
-    with _locked(root / f"operator-{key}.lock"):
-        if not (out / ".complete").exists():
+    with _cache_entry(root, "operator", _inputs_hash("operator", SUITE, _sources_hash())) as (out, to_build):
+        if to_build:
             began = time.monotonic()
             log(f"image {OPERATOR_IMAGE} (Debian python3, the project's wheel and its PyPI dependencies)")
             stage = Path(tempfile.mkdtemp(dir=root, prefix=".operator-"))
@@ -503,20 +509,14 @@ def build_operator(root: Path, base: Path, base_layer: oci.Layer) -> Path:
                 "find /opt/mpijob-operator -name __pycache__ -prune -exec rm -rf {} +\n"
             )
             _chroot_build(base, upper, inp, script)
-            layer = oci.write_layer(upper, stage / "layer.tar", overlay_upper=True)
             config = oci.ImageConfig(
                 env=(f"PATH=/opt/mpijob-operator/bin:{SYSTEM_PATH}", "PYTHONUNBUFFERED=1"),
                 entrypoint=("/opt/mpijob-operator/bin/mpijob-operator",),
                 user="65532:65532",
                 working_dir="/",
             )
-            digest = oci.write_archive(OPERATOR_IMAGE, [base_layer, layer], config, stage / "image.tar")
-            (stage / "digest").write_text(digest)
-            layer.path.unlink()
-            shutil.rmtree(upper)
-            shutil.rmtree(inp)
-            (stage / ".complete").touch()
-            stage.rename(out)
+            _image_archive(stage, OPERATOR_IMAGE, base_layer, config)
+            _publish(stage, out)
             log(f"{OPERATOR_IMAGE} built in {time.monotonic() - began:.0f}s")
     return out / "image.tar"
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import orjson
 
 from reconcile.runtime.fence import Fence
@@ -51,56 +52,44 @@ def micro_time(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@attrs.define(eq=False)
 class LeaderElector:
-    def __init__(
-        self,
-        kube: Kube,
-        namespace: str,
-        identity: str,
-        *,
-        name: str,
-        lease_duration: float = LEASE_DURATION,
-        renew_deadline: float = RENEW_DEADLINE,
-        retry_period: float = RETRY_PERIOD,
-        drain_timeout: float | None = None,
-        fence: Fence | None = None,
-        on_started: Callable[[], None] = lambda: None,
-        on_stopped: Callable[[], None] = lambda: None,
-        on_change: Callable[[bool], None] = lambda leading: None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
-        watch_lease: bool = True,
-    ) -> None:
-        if not lease_duration > renew_deadline > retry_period * 1.2 or retry_period <= 0:
+    kube: Kube
+    namespace: str
+    identity: str
+    name: str = attrs.field(kw_only=True)
+    lease_duration: float = attrs.field(default=LEASE_DURATION, kw_only=True)
+    renew_deadline: float = attrs.field(default=RENEW_DEADLINE, kw_only=True)
+    retry_period: float = attrs.field(default=RETRY_PERIOD, kw_only=True)
+    drain_timeout: float = attrs.field(
+        default=attrs.Factory(lambda self: min(DRAIN_TIMEOUT, self.renew_deadline / 2), takes_self=True),
+        kw_only=True,
+    )
+    _clock: Callable[[], float] = attrs.field(default=time.monotonic, kw_only=True)
+    fence: Fence = attrs.field(
+        default=attrs.Factory(lambda self: Fence(self._clock), takes_self=True), kw_only=True
+    )
+    _on_started: Callable[[], None] = attrs.field(default=lambda: None, kw_only=True)
+    _on_stopped: Callable[[], None] = attrs.field(default=lambda: None, kw_only=True)
+    _on_change: Callable[[bool], None] = attrs.field(default=lambda leading: None, kw_only=True)
+    _wall: Callable[[], datetime] = attrs.field(default=lambda: datetime.now(UTC), kw_only=True)
+    _watch_lease: bool = attrs.field(default=True, kw_only=True)
+    # what the loop has seen and done
+    _observed_spec: dict[str, Any] | None = attrs.field(default=None, init=False)
+    _observed_at: float = attrs.field(default=0.0, init=False)
+    _last_renew: float | None = attrs.field(default=None, init=False)
+    _attempt_began: float = attrs.field(default=0.0, init=False)
+    _leading: bool = attrs.field(default=False, init=False)
+    _wake: threading.Event = attrs.field(factory=threading.Event, init=False)
+    stepped_down_at: float | None = attrs.field(default=None, init=False)  # the Lease released (clock time)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2 or self.retry_period <= 0:
             raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period > 0")
-        if lease_duration != int(lease_duration):
+        if self.lease_duration != int(self.lease_duration):
             raise ValueError("the lease duration is whole seconds (leaseDurationSeconds)")
-        self.kube = kube
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self.lease_duration = lease_duration
-        self.renew_deadline = renew_deadline
-        self.retry_period = retry_period
-        if drain_timeout is None:
-            drain_timeout = min(DRAIN_TIMEOUT, renew_deadline / 2)
-        self.drain_timeout = drain_timeout
-        if not 0 <= self.drain_timeout < renew_deadline:
+        if not 0 <= self.drain_timeout < self.renew_deadline:
             raise ValueError("need 0 <= drain_timeout < renew_deadline")
-        self.fence = fence if fence is not None else Fence(clock)
-        self._on_started = on_started
-        self._on_stopped = on_stopped
-        self._on_change = on_change
-        self._clock = clock
-        self._wall = wall
-        self._watch_lease = watch_lease
-        self._observed_spec: dict[str, Any] | None = None
-        self._observed_at = 0.0
-        self._last_renew: float | None = None
-        self._attempt_began = 0.0
-        self._leading = False
-        self._wake = threading.Event()
-        self.stepped_down_at: float | None = None  # clock time the Lease was released (for measurements)
 
     # -- state --------------------------------------------------------------------------------------
     @property

@@ -1,6 +1,7 @@
 """L1 fixtures: the MPIJob and PodGroup CRDs, a Kube client, and the operator as its own process.
 
 - `kube`: a `reconcile.runtime.kube.Kube` with the admin client, no client-side rate limit.
+- `dyn`: a `kubernetes.dynamic.DynamicClient` with the admin client.
 - `mpijob_crd`, `podgroup_crds` (session): the CRDs installed (deploy/crd, tests/crds) and served.
 - `start_operator(*flags, wait=True)`: a `localcluster.operator.OperatorRunner` watching the test's
   namespace (leader election in it too); stopped after the test, its log printed if the test failed.
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.dynamic import DynamicClient
 
 from localcluster import LocalCluster
 from localcluster.kubectl import kubectl
@@ -29,6 +31,11 @@ from tools.crdgen.build import CRD_PATH
 @pytest.fixture
 def kube(api_client: client.ApiClient) -> Kube:
     return Kube(api_client, qps=0)
+
+
+@pytest.fixture
+def dyn(api_client: client.ApiClient) -> DynamicClient:
+    return DynamicClient(api_client)
 
 
 @pytest.fixture(scope="session")

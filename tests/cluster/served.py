@@ -93,8 +93,9 @@ def get(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
     return read_back(dyn, [obj])[0]
 
 
-def workers_case(namespace: str) -> tuple[list[dict[str, Any]], str]:
-    desired = desired_for("openmpi-pi", namespace)
+def children_of(case: str, namespace: str) -> tuple[list[dict[str, Any]], str]:
+    """The golden case's children in `namespace`, and the UID of the MPIJob that owns them."""
+    desired = desired_for(case, namespace)
     return desired, owner_of(desired)
 
 

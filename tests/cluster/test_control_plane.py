@@ -47,6 +47,20 @@ def job_condition(job: client.V1Job, kind: str) -> bool:
     return any(c.type == kind and c.status == "True" for c in (job.status.conditions or []))
 
 
+def job_reaches(batch: client.BatchV1Api, namespace: str, name: str, kind: str) -> client.V1Job:
+    """The Job once its `kind` condition is True."""
+    return fetch_until(
+        lambda: batch.read_namespaced_job(name, namespace), lambda j: job_condition(j, kind), f"Job {kind}"
+    )
+
+
+def pod_reaches(core: client.CoreV1Api, namespace: str, name: str, phase: str) -> client.V1Pod:
+    """The pod once it is in `phase`."""
+    return fetch_until(
+        lambda: core.read_namespaced_pod(name, namespace), lambda p: p.status.phase == phase, f"pod {phase}"
+    )
+
+
 def pods_of_job(core: client.CoreV1Api, namespace: str, job: str) -> list[client.V1Pod]:
     return core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
 
@@ -55,11 +69,7 @@ def _launcher_finished(api_client, namespace: str) -> None:
     """Start an unmarked Job and wait until it completes: its pod's exit delay has passed."""
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     batch.create_namespaced_job(namespace, job_body("reference"))
-    fetch_until(
-        lambda: batch.read_namespaced_job("reference", namespace),
-        lambda j: job_condition(j, "Complete"),
-        "Complete",
-    )
+    job_reaches(batch, namespace, "reference", "Complete")
     [pod] = pods_of_job(core, namespace, "reference")
     assert pod.status.phase == "Succeeded"
 
@@ -259,11 +269,7 @@ def test_l2_unschedulable_pod_stays_pending(api_client, namespace):
 def test_l2_job_completes(api_client, namespace):
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     batch.create_namespaced_job(namespace, job_body("launcher"))
-    job = fetch_until(
-        lambda: batch.read_namespaced_job("launcher", namespace),
-        lambda j: job_condition(j, "Complete"),
-        "Job Complete",
-    )
+    job = job_reaches(batch, namespace, "launcher", "Complete")
     assert job.status.succeeded == 1
     [pod] = pods_of_job(core, namespace, "launcher")
     assert pod.status.phase == "Succeeded"
@@ -276,11 +282,7 @@ def test_l2_marked_job_pod_fails_with_exit_code(api_client, namespace):
     batch.create_namespaced_job(
         namespace, job_body("oom", annotations={f"{ANN}exit-code": "137", f"{ANN}reason": "OOMKilled"})
     )
-    job = fetch_until(
-        lambda: batch.read_namespaced_job("oom", namespace),
-        lambda j: job_condition(j, "Failed"),
-        "Job Failed",
-    )
+    job = job_reaches(batch, namespace, "oom", "Failed")
     assert job.status.failed == 1
     [pod] = pods_of_job(core, namespace, "oom")
     assert pod.status.phase == "Failed"
@@ -307,17 +309,9 @@ def test_l2_held_job_pod_keeps_running(api_client, namespace):
 def test_l2_eviction(api_client, namespace):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, pod_body("worker-1"))
-    fetch_until(
-        lambda: core.read_namespaced_pod("worker-1", namespace),
-        lambda p: p.status.phase == "Running",
-        "Running",
-    )
+    pod_reaches(core, namespace, "worker-1", "Running")
     core.patch_namespaced_pod("worker-1", namespace, {"metadata": {"annotations": {f"{ANN}evict": "true"}}})
-    pod = fetch_until(
-        lambda: core.read_namespaced_pod("worker-1", namespace),
-        lambda p: p.status.phase == "Failed",
-        "evicted",
-    )
+    pod = pod_reaches(core, namespace, "worker-1", "Failed")  # evicted
     assert pod.status.reason == "Evicted"
     assert any(c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions)
 
@@ -326,11 +320,7 @@ def test_l2_eviction(api_client, namespace):
 def test_l2_deleted_pod_goes_away(api_client, namespace):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, pod_body("worker-2"))
-    fetch_until(
-        lambda: core.read_namespaced_pod("worker-2", namespace),
-        lambda p: p.status.phase == "Running",
-        "Running",
-    )
+    pod_reaches(core, namespace, "worker-2", "Running")
     core.delete_namespaced_pod("worker-2", namespace)
     fetch_until(
         lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items],

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
@@ -28,15 +27,13 @@ from reconcile.engine.plan import Delete, ObjectKey, Plan
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from tests.cluster.served import (
     by_kind,
-    desired_for,
+    children_of,
     ensure_priority_classes,
     execute_on,
     get,
-    owner_of,
     plan_now,
     read_back,
     renderable_cases,
-    workers_case,
 )
 
 pytestmark = pytest.mark.l1
@@ -60,11 +57,9 @@ def record(case: str, namespace: str, owner: str, desired: list[dict], live: lis
 
 @pytest.mark.parametrize("case", renderable_cases())
 def test_render_children_on_the_server_need_no_writes(
-    case: str, namespace: str, api_client: ApiClient, podgroup_crds: None
+    case: str, namespace: str, dyn: DynamicClient, podgroup_crds: None
 ) -> None:
-    desired = desired_for(case, namespace)
-    owner = owner_of(desired)
-    dyn = DynamicClient(api_client)
+    desired, owner = children_of(case, namespace)
     ensure_priority_classes(dyn, desired)
 
     first = plan(desired, [], POLICY, owner)
@@ -90,9 +85,8 @@ def test_render_children_on_the_server_need_no_writes(
         record(case, namespace, owner, desired, live)
 
 
-def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client: ApiClient) -> None:
-    dyn = DynamicClient(api_client)
-    desired, owner = workers_case(namespace)
+def test_patches_deletes_and_conflicts_on_the_server(namespace: str, dyn: DynamicClient) -> None:
+    desired, owner = children_of("openmpi-pi", namespace)
     assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
 
     # Pod: labels are patched (server-side apply), spec drift is ignored.
@@ -151,10 +145,8 @@ def test_patches_deletes_and_conflicts_on_the_server(namespace: str, api_client:
     assert get(dyn, foreign)["data"] == {"x": "1"}
 
 
-def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, api_client: ApiClient) -> None:
-    dyn = DynamicClient(api_client)
-    desired = desired_for("suspended", namespace)
-    owner = owner_of(desired)
+def test_job_suspend_and_scheduling_directives_on_the_server(namespace: str, dyn: DynamicClient) -> None:
+    desired, owner = children_of("suspended", namespace)
     assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
     job = by_kind(desired, "Job")[0]
     assert get(dyn, job)["spec"]["suspend"] is True
@@ -205,15 +197,13 @@ def set_start_time(dyn: DynamicClient, job: dict[str, Any], value: str | None) -
 
 
 def test_evicted_job_is_suspended_without_touching_its_immutable_template(
-    namespace: str, api_client: ApiClient
+    namespace: str, dyn: DynamicClient
 ) -> None:
     """Kueue's eviction: admitted with a nodeSelector and a toleration (applied while suspended), run,
     then suspended with both removed in one patch. The apply that suspends the launcher must keep what
     we applied to the template (immutable now) and must not take the Job controller's labels; the
     re-admission's nodeSelector is applied once the Job may change again."""
-    dyn = DynamicClient(api_client)
-    desired = desired_for("suspended", namespace)
-    owner = owner_of(desired)
+    desired, owner = children_of("suspended", namespace)
     assert execute_on(dyn, plan(desired, [], POLICY, owner)).ok
     job = copy.deepcopy(by_kind(desired, "Job")[0])
     tmpl = job["spec"]["template"]["spec"]

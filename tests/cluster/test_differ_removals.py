@@ -12,7 +12,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
 from reconcile.engine.differ import plan
@@ -20,6 +19,7 @@ from reconcile.engine.plan import ObjectKey, Plan
 from reconcile.mpijob.policy import POLICY
 from tests.cluster.served import (
     by_kind,
+    children_of,
     desired_for,
     ensure_priority_classes,
     execute_on,
@@ -50,11 +50,9 @@ def managers(obj: dict[str, Any]) -> set[tuple[str, str]]:
 @pytest.mark.usefixtures("podgroup_crds")
 @pytest.mark.parametrize("case", ["volcano", "scheduler-plugins"])
 def test_podgroup_min_resources_no_longer_rendered_is_removed(
-    case: str, namespace: str, api_client: ApiClient
+    case: str, namespace: str, dyn: DynamicClient
 ) -> None:
-    dyn = DynamicClient(api_client)
-    desired = desired_for(case, namespace)
-    owner = owner_of(desired)
+    desired, owner = children_of(case, namespace)
     create_all(dyn, desired, owner)
     pg = by_kind(desired, "PodGroup")[0]
     min_resources = pg["spec"].pop("minResources")  # the user removed schedulingPolicy.minResources
@@ -80,11 +78,9 @@ def test_podgroup_min_resources_no_longer_rendered_is_removed(
 
 
 def test_worker_template_label_and_annotation_no_longer_rendered_leave_the_pods(
-    namespace: str, api_client: ApiClient
+    namespace: str, dyn: DynamicClient
 ) -> None:
-    dyn = DynamicClient(api_client)
-    desired = desired_for("openmpi-pi", namespace)
-    owner = owner_of(desired)
+    desired, owner = children_of("openmpi-pi", namespace)
     pods = by_kind(desired, "Pod")
     for pod in pods:  # as if the worker template carried them
         pod["metadata"]["labels"]["team"] = "a"
@@ -122,11 +118,9 @@ def test_worker_template_label_and_annotation_no_longer_rendered_leave_the_pods(
 
 
 def test_scheduling_directives_no_longer_rendered_leave_a_suspended_job(
-    namespace: str, api_client: ApiClient
+    namespace: str, dyn: DynamicClient
 ) -> None:
-    dyn = DynamicClient(api_client)
-    desired = desired_for("suspended", namespace)
-    owner = owner_of(desired)
+    desired, owner = children_of("suspended", namespace)
     job = by_kind(desired, "Job")[0]
     tmpl = job["spec"]["template"]
     # Kueue injected these into the MPIJob's launcher template on admission; render copies them.
@@ -193,11 +187,9 @@ def test_scheduling_directives_no_longer_rendered_leave_a_suspended_job(
 
 
 def test_configmap_key_no_longer_rendered_is_removed_and_a_race_retries(
-    namespace: str, api_client: ApiClient
+    namespace: str, dyn: DynamicClient
 ) -> None:
-    dyn = DynamicClient(api_client)
-    desired = desired_for("openmpi-pi", namespace)
-    owner = owner_of(desired)
+    desired, owner = children_of("openmpi-pi", namespace)
     cm = by_kind(desired, "ConfigMap")[0]
     cm["data"]["old-key"] = "1"
     create_all(dyn, desired, owner)
@@ -225,8 +217,7 @@ def test_configmap_key_no_longer_rendered_is_removed_and_a_race_retries(
     assert not plan_now(dyn, desired, owner)
 
 
-def test_dry_run_removal_persists_nothing(namespace: str, api_client: ApiClient) -> None:
-    dyn = DynamicClient(api_client)
+def test_dry_run_removal_persists_nothing(namespace: str, dyn: DynamicClient) -> None:
     desired = copy.deepcopy(desired_for("openmpi-pi", namespace))
     owner = owner_of(desired)
     create_all(dyn, desired, owner)

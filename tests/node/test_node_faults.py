@@ -87,6 +87,13 @@ def restore_nodes(node_e2e: NodeE2E) -> Iterator[None]:
             kubectl(node_e2e.cluster, "uncordon", name)
 
 
+@pytest.fixture
+def running_pi(node_e2e: NodeE2E, restore_nodes: None) -> str:
+    """The job "pi" with its ranks running; the nodes restored after the test."""
+    start_running(node_e2e, "pi")
+    return "pi"
+
+
 def warning_events(e2e: NodeE2E, name: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in e2e.events(name) if e.get("type") == "Warning" and e.get("reason") == reason]
 
@@ -118,10 +125,9 @@ RECOVERIES = {
 
 @pytest.mark.parametrize("recovery", list(RECOVERIES))
 def test_a_lost_node_is_named_on_the_job_and_the_job_recovers(
-    node_e2e: NodeE2E, restore_nodes: None, recovery: str
+    node_e2e: NodeE2E, running_pi: str, recovery: str
 ) -> None:
-    name = "pi"
-    start_running(node_e2e, name)
+    name = running_pi
     target, victim, c, took = lose_a_worker_node(node_e2e, name)
     assert c["reason"] == "NodeNotReady", c
     assert f"Node {target} is " in c["message"] and name_of(victim) in c["message"], c
@@ -161,9 +167,8 @@ def test_a_deadline_that_runs_out_while_a_node_is_lost_names_the_node(
     assert f"Node {target} is " in failed["message"] and name_of(victim) in failed["message"], failed
 
 
-def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, restore_nodes: None) -> None:
-    name = "pi"
-    start_running(node_e2e, name)
+def test_a_kubelet_restart_costs_the_job_nothing(node_e2e: NodeE2E, running_pi: str) -> None:
+    name = running_pi
     target, _ = worker_only_node(node_e2e, name)
     uids = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name)}
     seal.verb_at(node_e2e.cluster.work_dir, "stop", target)
@@ -235,10 +240,9 @@ DRAINED = {
 
 @pytest.mark.parametrize("drained", list(DRAINED))
 def test_a_drained_node_s_pods_come_back_elsewhere_and_the_job_says_so(
-    node_e2e: NodeE2E, restore_nodes: None, drained: str
+    node_e2e: NodeE2E, running_pi: str, drained: str
 ) -> None:
-    name = "pi"
-    start_running(node_e2e, name)
+    name = running_pi
     target = DRAINED[drained](node_e2e, name)
     held = {name_of(p): p["metadata"]["uid"] for p in node_e2e.pods(name) if p["spec"]["nodeName"] == target}
     began = time.monotonic()

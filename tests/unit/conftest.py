@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.loopback import ApiServer
 from tests.utils import CI_ENV
 
 # What scripts/setup builds or fetches from the Go module proxy, by the name it is started by.
@@ -58,3 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    """A loopback API server that records each request as it arrives (a module may define its own)."""
+    s = ApiServer()
+    yield s
+    s.close()

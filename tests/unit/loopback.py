@@ -1,4 +1,5 @@
-"""Loopback stand-ins for an API server (HTTP or HTTPS) and for a CONNECT proxy, for L0 tests of ``Kube``."""
+"""Loopback stand-ins for an API server (HTTP or HTTPS) and for a CONNECT proxy, for L0 tests of ``Kube``;
+the listener and request reader that raw-socket servers of those tests build on."""
 
 from __future__ import annotations
 
@@ -132,24 +133,57 @@ class Pki:
         return path
 
 
-class ConnectProxy:
+class Listener:
+    """A loopback TCP server that hands each connection it accepts to ``handle``, on a thread of its own,
+    until closed. A subclass sets up its own state before calling ``__init__``: accepting starts there."""
+
+    def __init__(self, backlog: int | None = None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=backlog)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def read_request(conn: socket.socket, buf: bytes = b"") -> tuple[bytes, bytes, bytes] | None:
+    """The next request on ``conn``, after ``buf`` (what was read of it already): its head, its
+    Content-Length body and what arrived after them; None when the client closed first."""
+    while b"\r\n\r\n" not in buf:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(buf) < length:
+        buf += conn.recv(65536)
+    return head, buf[:length], buf[length:]
+
+
+class ConnectProxy(Listener):
     """An HTTP proxy that only tunnels (CONNECT); records each CONNECT request's head."""
 
     def __init__(self) -> None:
         self.connects: list[bytes] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
-
-    def _tunnel(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket) -> None:
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = conn.recv(4096)
@@ -172,9 +206,6 @@ class ConnectProxy:
         back.join(5)
         conn.close()
         upstream.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _relay(src: socket.socket, dst: socket.socket) -> None:

@@ -3,8 +3,6 @@ rising latency slow it down; a pinned --kube-api-qps still limits. A fake clock,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from reconcile.runtime.kube import MAX_RETRIES, POD, ApiError, Kube
@@ -149,13 +147,6 @@ def test_retry_after_header(header, want):
 
 
 # -- through Kube: a throttled request is retried after Retry-After -------------------------------------
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    s = ApiServer()
-    yield s
-    s.close()
-
-
 def throttled(n: int, retry_after: str = "2") -> list[tuple[int, dict[str, str], bytes]]:
     return [(429, {"Retry-After": retry_after}, b"{}")] * n
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,14 +17,6 @@ from tests.unit.fakes import Clock, FakeKube
 from tests.unit.loopback import ApiServer, client
 
 LOCK = "mpi-operator"  # upstream's Lease name, which the operator keeps
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    """A loopback API server that records each request as it arrives."""
-    s = ApiServer()
-    yield s
-    s.close()
 
 
 def test_fence_opens_until_the_granted_time_and_never_after_revoke():

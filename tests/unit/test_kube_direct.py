@@ -21,13 +21,6 @@ from tests.unit.loopback import ApiServer, ConnectProxy, Pki, client
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    s = ApiServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def pki(tmp_path: Path) -> Pki:
     return Pki(tmp_path)
 

@@ -3,19 +3,10 @@ on its one limiter, which a pinned ``--kube-api-qps``/``--kube-api-burst`` holds
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from reconcile.runtime.kube import POD, Kube, classify_path
 from tests.unit.loopback import ApiServer, client
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    s = ApiServer()
-    yield s
-    s.close()
 
 
 def test_discovery_paths_are_labelled_discovery():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,21 @@ def elector(kube, identity, clock):
         name=LOCK,
         clock=clock,
         wall=lambda: start + timedelta(seconds=clock.t),
+    )
+
+
+def fast_elector(kube: FakeKube, **hooks: Any) -> LeaderElector:
+    """Candidate "a" in namespace ns on the wall clock, with a lease of one second and no Lease watch."""
+    return LeaderElector(
+        kube,
+        "ns",
+        "a",
+        name=LOCK,
+        lease_duration=1.0,
+        renew_deadline=0.5,
+        retry_period=0.1,
+        watch_lease=False,
+        **hooks,
     )
 
 
@@ -80,19 +96,7 @@ def test_release_lets_a_standby_take_over_at_once():
 def test_run_exits_via_on_stopped_only_when_another_holds_the_lease():
     kube = FakeKube()
     started, stopped, changes = threading.Event(), threading.Event(), []
-    le = LeaderElector(
-        kube,
-        "ns",
-        "a",
-        name=LOCK,
-        lease_duration=1.0,
-        renew_deadline=0.5,
-        retry_period=0.1,
-        on_started=started.set,
-        on_stopped=stopped.set,
-        on_change=changes.append,
-        watch_lease=False,
-    )
+    le = fast_elector(kube, on_started=started.set, on_stopped=stopped.set, on_change=changes.append)
     stop = threading.Event()
     t = threading.Thread(target=le.run, args=(stop,))
     t.start()
@@ -122,16 +126,7 @@ def test_run_exits_via_on_stopped_only_when_another_holds_the_lease():
 def test_run_stops_workers_before_releasing_on_shutdown():
     kube = FakeKube()
     order = []
-    le = LeaderElector(
-        kube,
-        "ns",
-        "a",
-        name=LOCK,
-        lease_duration=1.0,
-        renew_deadline=0.5,
-        retry_period=0.1,
-        watch_lease=False,
-    )
+    le = fast_elector(kube)
     stop = threading.Event()
     t = threading.Thread(
         target=le.run,

@@ -28,6 +28,12 @@ class FakeClock:
         self.now += seconds
 
 
+def limited_queue() -> tuple[WorkQueue, FakeClock]:
+    """A queue with the controller's rate limiter (10/s, burst 100) on a fake clock."""
+    clock = FakeClock()
+    return WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock), clock
+
+
 def drain(q: WorkQueue) -> list:
     out = []
     while True:
@@ -210,8 +216,7 @@ def test_max_of_limiter_uses_longest_delay():
 
 
 def test_add_rate_limited_backs_off_per_key_and_forget_resets():
-    clock = FakeClock()
-    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    q, clock = limited_queue()
     for _ in range(5):
         q.add_rate_limited("a")
         clock.advance(10)
@@ -225,8 +230,7 @@ def test_add_rate_limited_backs_off_per_key_and_forget_resets():
 
 
 def test_overall_bucket_limits_many_keys():
-    clock = FakeClock()
-    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    q, clock = limited_queue()
     for i in range(110):
         q.add_rate_limited(f"k{i}")
     waits = sorted(q.waiting().values())
@@ -246,8 +250,7 @@ def test_depth_callback_tracks_queue_length():
 
 
 def test_events_for_a_queued_key_take_no_tokens_and_no_backoff():
-    clock = FakeClock()
-    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    q, clock = limited_queue()
     for _ in range(1000):  # a burst of watch events for one job
         q.add_event("a")
     assert drain(q) == ["a"]
@@ -263,8 +266,7 @@ def test_events_for_a_queued_key_take_no_tokens_and_no_backoff():
 def test_events_for_keys_in_flight_or_delayed_pay_once():
     # At scale, events for keys being processed or waiting on a bucket delay must not each take a token:
     # the bucket would run hundreds of seconds into debt (docs/design-notes.md).
-    clock = FakeClock()
-    q = WorkQueue(limiter=controller_rate_limiter(10, 100, clock), clock=clock)
+    q, clock = limited_queue()
     for i in range(100):  # use up the burst: key k{i} is handed out and being processed
         q.add_event(f"k{i}")
         assert q.get(timeout=0) == f"k{i}"

@@ -11,27 +11,9 @@ import pytest
 import urllib3
 
 from reconcile.runtime.wire import Connections, WireError
+from tests.unit.loopback import read_request
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
-
-
-def read_request(conn: socket.socket) -> bytes:
-    """One request (head and a Content-Length body), or b"" when the client closed."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return b""
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        body += conn.recv(65536)
-    return head + b"\r\n\r\n" + body
 
 
 class Scripted:
@@ -54,9 +36,13 @@ class Scripted:
             script(conn)
 
     def take(self, conn: socket.socket) -> bytes:
-        request = read_request(conn)
-        if request:
-            self.requests.append(request)
+        """One request (head and a Content-Length body), recorded; b"" when the client closed."""
+        got = read_request(conn)
+        if got is None:
+            return b""
+        head, body, _ = got
+        request = head + b"\r\n\r\n" + body
+        self.requests.append(request)
         return request
 
 

@@ -20,7 +20,7 @@ from typing import Any, SupportsIndex
 import pytest
 
 from reconcile.runtime.kube import Kube
-from tests.unit.loopback import client
+from tests.unit.loopback import Listener, client, read_request
 
 THREADS = 16
 EACH = 40
@@ -45,7 +45,7 @@ class SwitchingStack(list[Any]):
         super().append(item)
 
 
-class EchoServer:
+class EchoServer(Listener):
     """Answers each request, after ``delay``, with its own method, target and body; counts the connections
     and every request that arrived on a connection still busy with an earlier one."""
 
@@ -55,38 +55,15 @@ class EchoServer:
         self.requests = 0
         self.overlaps = 0
         self._lock = threading.Lock()
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=THREADS * 4)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=THREADS * 4)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.accepted += 1
         buf = b""
         with conn:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                body, buf = buf[:length], buf[length:]
+            while (got := read_request(conn, buf)) is not None:
+                head, body, buf = got
                 method, target = head.decode().split(" ")[:2]
                 time.sleep(self.delay)  # the request in flight a while: time for another to come on it
                 busy = bool(buf) or bool(select.select([conn], [], [], 0)[0])
@@ -96,9 +73,6 @@ class EchoServer:
                     self.requests += 1
                     self.overlaps += busy
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

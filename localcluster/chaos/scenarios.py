@@ -8,6 +8,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from localcluster.chaos.faultproxy import FaultProxy
 from localcluster.chaos.harness import (
@@ -291,6 +292,46 @@ def _failed_reasons(cc: ChaosCluster, namespace: str) -> dict[str, str]:
     return out
 
 
+def _crashing_figures(
+    cc: ChaosCluster, since: float, crash_ns: str, failed: dict[str, str]
+) -> dict[str, Any]:
+    """From the audit log: the crashing jobs' worker creates (the worst job's, with its deletes), who else
+    deleted their pods, and how many held the Lease."""
+    creates: dict[str, int] = {}
+    for e in operator_writes(cc.audit(since), crash_ns):
+        ref = e["objectRef"]
+        if e["verb"] == "create" and ref.get("resource") == "pods" and e["responseStatus"].get("code") == 201:
+            job = str(ref.get("name") or "").rsplit("-worker-", 1)[0]
+            creates[job] = creates.get(job, 0) + 1
+    worst = max(creates, key=lambda j: creates[j], default="")
+    deletes = sum(
+        1
+        for e in operator_writes(cc.audit(since), crash_ns)
+        if e["verb"] == "delete"
+        and str((e.get("objectRef") or {}).get("name") or "").startswith(f"{worst}-worker-")
+    )
+    others = Counter(
+        str(e.get("userAgent") or e.get("user", {}).get("username") or "?").split(" ")[0]
+        for e in cc.audit(since)
+        if e.get("verb") == "delete"
+        and (e.get("objectRef") or {}).get("resource") == "pods"
+        and (e.get("objectRef") or {}).get("namespace") == crash_ns
+        and "-worker-" in str((e.get("objectRef") or {}).get("name") or "")
+        and identity_of(e) is None
+    )
+    holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
+    return {
+        "crashing_worst": f"{worst}: {creates.get(worst, 0)} creates, {deletes} deletes, "
+        f"{failed.get(worst, 'not failed')[:200]}",
+        "lease_holders": len(holders),
+        "crashing_pod_deletes_by_others": dict(others),
+        "crashing_worker_creates_max": max(creates.values(), default=0),
+        "crashing_worker_creates_mean": round(sum(creates.values()) / max(1, len(creates)), 2),
+        "crashing_worker_creates_total": sum(creates.values()),
+        "crashing_operator_writes": len(operator_writes(cc.audit(since), crash_ns)),
+    }
+
+
 def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50, seed: int = 5) -> Report:
     """Healthy jobs alone, then as many again beside jobs whose workers crash at start: the healthy ones
     must finish as fast, every crashing one must end Failed/WorkerBackoffLimitExceeded within its bound
@@ -334,45 +375,11 @@ def crashing_neighbours(cc: ChaosCluster, healthy: int = 50, crashing: int = 50,
             reason = failed.get(name, "not failed")
             if not reason.startswith("WorkerBackoffLimitExceeded: ") or CRASH_MESSAGE not in reason:
                 report.stuck.append(f"{crash_ns}/{name}: {reason[:300]}")
-        creates: dict[str, int] = {}
-        for e in operator_writes(cc.audit(since), crash_ns):
-            ref = e["objectRef"]
-            if (
-                e["verb"] == "create"
-                and ref.get("resource") == "pods"
-                and e["responseStatus"].get("code") == 201
-            ):
-                job = str(ref.get("name") or "").rsplit("-worker-", 1)[0]
-                creates[job] = creates.get(job, 0) + 1
-        worst = max(creates, key=lambda j: creates[j], default="")
-        deletes = sum(
-            1
-            for e in operator_writes(cc.audit(since), crash_ns)
-            if e["verb"] == "delete"
-            and str((e.get("objectRef") or {}).get("name") or "").startswith(f"{worst}-worker-")
-        )
-        others = Counter(
-            str(e.get("userAgent") or e.get("user", {}).get("username") or "?").split(" ")[0]
-            for e in cc.audit(since)
-            if e.get("verb") == "delete"
-            and (e.get("objectRef") or {}).get("resource") == "pods"
-            and (e.get("objectRef") or {}).get("namespace") == crash_ns
-            and "-worker-" in str((e.get("objectRef") or {}).get("name") or "")
-            and identity_of(e) is None
-        )
-        holders = {who for _, who in lease_timeline(cc.audit(0)) if who}
+        report.extra.update(_crashing_figures(cc, since, crash_ns, failed))
         report.extra.update(
-            crashing_worst=f"{worst}: {creates.get(worst, 0)} creates, {deletes} deletes, "
-            f"{failed.get(worst, 'not failed')[:200]}",
-            lease_holders=len(holders),
-            crashing_pod_deletes_by_others=dict(others),
             healthy_alone_s=round(alone_s, 1),
             healthy_beside_crashing_s=round(beside_s, 1),
             crashing_all_failed_s=round(crash_done_s, 1),
-            crashing_worker_creates_max=max(creates.values(), default=0),
-            crashing_worker_creates_mean=round(sum(creates.values()) / max(1, len(creates)), 2),
-            crashing_worker_creates_total=sum(creates.values()),
-            crashing_operator_writes=len(operator_writes(cc.audit(since), crash_ns)),
         )
         report.faults = {"jobs whose workers crash at start": crashing}
         _exited(report, op)

@@ -175,16 +175,6 @@ def _select(value: Any, tree: Tree) -> Any:
     return copy.deepcopy(value)
 
 
-def slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop the managedFields entries of subresources (e.g. the kubelet's pod status, the biggest
-    part): the differ reads only main-resource entries, ours to find removals and the others' to
-    leave co-owned fields alone. For caches that keep objects for ``plan``."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and meta.get("managedFields"):
-        meta["managedFields"] = [e for e in meta["managedFields"] if not e.get("subresource")]
-    return obj
-
-
 # The server records no ownership of an object's identity.
 _IDENTITY: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     (): ("apiVersion", "kind", "status"),

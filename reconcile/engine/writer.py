@@ -3,7 +3,7 @@
 Bodies go in and answers come back as plain dicts. A write the server refused, or one that got no answer,
 raises ``WriteFailed``; anything else a Writer raises (e.g. a fence that refuses every write once
 leadership is lost) is not the executor's to judge and goes to its caller. The operator's Writer is
-``reconcile.runtime.kubewriter.KubeWriter``; the unit tests record requests with an in-memory fake.
+``reconcile.kubewriter.KubeWriter``; the unit tests record requests with an in-memory fake.
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from reconcile.engine.managedfields import slim
 from reconcile.engine.policy import KindPolicy, Policy
 from reconcile.mpijob.policy import POLICY
+from reconcile.runtime.informer import slim
 
 Obj = dict[str, Any]
 

@@ -17,6 +17,7 @@ from urllib3.exceptions import HTTPError
 import render
 from reconcile.engine.executor import ExecResult, Outcome, execute
 from reconcile.engine.writer import WriteFailed, Writer
+from reconcile.kubewriter import KubeWriter
 from reconcile.mpijob import observe as obs
 from reconcile.mpijob import report
 from reconcile.mpijob.cacheform import transform_for
@@ -39,7 +40,6 @@ from reconcile.runtime import events as ev
 from reconcile.runtime.events import EventRecorder
 from reconcile.runtime.informer import Informer, controller_ref, key_of, node_name_index
 from reconcile.runtime.kube import JOB, NODE, POD, PRIORITY_CLASS, ApiError, Kube, Resource, resource_for
-from reconcile.runtime.kubewriter import KubeWriter
 from reconcile.runtime.loop import Loop, Result
 from reconcile.runtime.ratelimit import controller_rate_limiter
 from render import names

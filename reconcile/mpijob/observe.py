@@ -13,11 +13,10 @@ from typing import Any, Protocol
 import attrs
 
 import render
-from reconcile.engine import managedfields
 from reconcile.mpijob.decide import needs_fresh_key
 from reconcile.mpijob.memory import JobMemory
 from reconcile.mpijob.policy import CHILD_SELECTOR, child_resources
-from reconcile.runtime.informer import Informer, controller_ref, node_name_index
+from reconcile.runtime.informer import Informer, controller_ref, node_name_index, slim
 from reconcile.runtime.kube import JOB, NODE, POD, PRIORITY_CLASS, ApiError, Kube, Resource
 
 
@@ -75,7 +74,7 @@ class ApiReader:
         key = (res, namespace or "")
         if key not in self._listed:
             items = self.kube.list(res, namespace, labelSelector=selector)["items"]
-            self._listed[key] = [managedfields.slim(o) for o in items]
+            self._listed[key] = [slim(o) for o in items]
         return self._listed[key]
 
     def owned(self, namespace: str, uid: str) -> list[dict[str, Any]]:
@@ -184,4 +183,4 @@ def _get(kube: Kube, res: Resource, namespace: str, name: str) -> dict[str, Any]
         raise
     found.setdefault("apiVersion", res.api_version)
     found.setdefault("kind", res.kind)
-    return managedfields.slim(found)
+    return slim(found)

@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from reconcile.engine import managedfields
 from reconcile.runtime.kube import ApiError, Kube, Resource
 
 log = logging.getLogger(__name__)
@@ -132,9 +131,17 @@ class Store:
 def _slim(obj: Obj, res: Resource) -> Obj:
     obj.setdefault("apiVersion", res.api_version)
     obj.setdefault("kind", res.kind)
-    # The differ finds fields we no longer render from our main-resource managedFields entries; the
-    # subresource entries (e.g. the kubelet's pod status, the bulk) are dropped.
-    return managedfields.slim(obj)
+    return slim(obj)
+
+
+def slim(obj: Obj) -> Obj:
+    """The object without the managedFields entries of subresources (e.g. the kubelet's pod status, the
+    bulk of a pod): a differ reads only main-resource entries, ours to find fields we no longer render and
+    the others' to leave co-owned fields alone."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("managedFields"):
+        meta["managedFields"] = [e for e in meta["managedFields"] if not e.get("subresource")]
+    return obj
 
 
 def _meta_but_version(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from localcluster.cluster import WORKLOAD_API
 from reconcile.engine.differ import plan
 from reconcile.engine.executor import ExecResult, execute
 from reconcile.engine.plan import Plan
+from reconcile.kubewriter import KubeWriter
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
 from reconcile.runtime.kube import Kube
-from reconcile.runtime.kubewriter import KubeWriter
 from render import Observed, ValidationError, render
 from render.keys import load_ssh_key
 from render.timeutil import parse_time

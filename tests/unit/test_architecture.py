@@ -24,6 +24,7 @@ CONTRACTS = (
     "tests-and-benchmarks-apart",
     "engine-generic",
     "runtime-generic",
+    "engine-runtime-independent",
 )
 # Stand-ins for the two root packages of scripts, which every stand-in tree below needs: import-linter
 # would otherwise find the ones of whichever checkout the environment's editable install points at.
@@ -91,10 +92,12 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
             "reconcile/main.py": "import localcluster.cluster\n",
             "reconcile/engine/__init__.py": "",
             "reconcile/engine/executor.py": "from reconcile.mpijob import controller\n",
+            "reconcile/engine/plan.py": "from reconcile.runtime import kube\n",
             "reconcile/mpijob/__init__.py": "",
             "reconcile/mpijob/controller.py": "",
             "reconcile/runtime/__init__.py": "",
             "reconcile/runtime/informer.py": "import render.core\n",
+            "reconcile/runtime/kube.py": "",
             "localcluster/__init__.py": "",
             "localcluster/cluster.py": "from localcluster.sandbox import seal\n",
             "localcluster/sandbox/__init__.py": "",
@@ -113,6 +116,7 @@ def test_each_contract_catches_its_violation(tmp_path: Path) -> None:
     assert "reconcile.main -> localcluster.cluster" in out
     assert "reconcile.engine.executor -> reconcile.mpijob.controller" in out
     assert "reconcile.runtime.informer -> render.core" in out
+    assert "reconcile.engine.plan -> reconcile.runtime.kube" in out
     assert "benchmarks.bench -> tests.utils" in out
     assert "tests.utils -> benchmarks.bench" in out
 

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from reconcile.engine.differ import plan
-from reconcile.engine.managedfields import Step, encode, merge, owned_by, parse_step, slim
+from reconcile.engine.managedfields import Step, encode, merge, owned_by, parse_step
 from reconcile.engine.policy import Policy
 from reconcile.engine.semantics_removals import find_removals
 from reconcile.mpijob.policy import FIELD_MANAGER, POLICY
+from reconcile.runtime.informer import slim
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 OWNER = "11111111-1111-1111-1111-111111111111"

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from reconcile.engine.writer import WriteFailed, WriteRequest
+from reconcile.kubewriter import KubeWriter
 from reconcile.runtime.fence import NotLeader
 from reconcile.runtime.kube import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, ApiError
-from reconcile.runtime.kubewriter import KubeWriter
 
 
 class Recorder:

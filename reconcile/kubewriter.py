@@ -1,5 +1,6 @@
-"""The Writer (reconcile.engine.writer) over ``Kube``: a request value becomes one request on the known
-kinds' paths, through the same door (rate limit, fence, metrics) as every other request.
+"""The engine's Writer (reconcile.engine.writer) over the runtime's ``Kube``, the one bridge between the two
+(neither imports the other): a request value becomes one request on the known kinds' paths, through the
+same door (rate limit, fence, metrics) as every other request.
 
 A kind outside the table, a refused write and a write without an answer raise ``WriteFailed``; the fence's
 ``NotLeader`` goes through untouched, so the sync stops.

@@ -8,7 +8,7 @@ any number of them converge to the same state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from reconcile.kubewriter import KubeWriter
 from reconcile.mpijob import observe as obs
 from reconcile.mpijob import report
 from reconcile.mpijob.cacheform import transform_for
-from reconcile.mpijob.decide import Action, Decision, StatusDecision, decide, finish
+from reconcile.mpijob.decide import Action, Decision, StatusDecision, after, decide, finish
 from reconcile.mpijob.heldwrites import HeldWrites
 from reconcile.mpijob.keys import JobKeys
 from reconcile.mpijob.kinds import MPIJOB
@@ -235,7 +235,8 @@ class Controller:
             )
         self._tell(obj, decision, result)
         status, self._memory[key] = finish(obj, decision, children, result, answers, now, self.config)
-        self._finish_status(obj, status, children)
+        # the transition's events and phase samples read the world the status was computed on
+        self._finish_status(obj, status, after(children, answers))
         self._job_info(key, obj)
         wakes = [
             w for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake) if w is not None
@@ -257,7 +258,7 @@ class Controller:
             self.metrics.set_job_info(key, launcher_name, namespace)
 
     def _finish_status(
-        self, obj: dict[str, Any], status: StatusDecision, children: list[dict[str, Any]]
+        self, obj: dict[str, Any], status: StatusDecision, children: Sequence[Mapping[str, Any]]
     ) -> None:
         if status.write:
             obj = self.held.status(obj, status.new)

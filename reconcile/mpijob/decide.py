@@ -231,7 +231,7 @@ def finish(
         return status, memory
     job, memory = memory.job(mpijob)
     base = attrs.evolve(job, status=dict(status.new), raw={**job.raw, "status": dict(status.new)})
-    observed = _observed(_after(children, answers), memory, now)
+    observed = _observed(after(children, answers), memory, now)
     new = render.status(base, observed, config)
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
     write = status.write and status_changed(status.old, new)
@@ -239,7 +239,7 @@ def finish(
     return StatusDecision(status.old, new, write, status.held, min(wakes) if wakes else None), memory
 
 
-def _after(
+def after(
     children: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:
     """The world once the write answers are in: each answer replaces the object it names, or joins."""

@@ -4,7 +4,7 @@ status transition, and the SyncFailed condition and event of syncs that keep fai
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +45,7 @@ def record_transition(
     obj: dict[str, Any],
     old: dict[str, Any],
     new: dict[str, Any],
-    children: list[dict[str, Any]],
+    children: Sequence[Mapping[str, Any]],
     now: datetime,
 ) -> None:
     """Events and metrics of the transition old -> new, which the job now shows (written, or it had it):

@@ -336,3 +336,28 @@ def test_a_refused_create_is_reported_once_the_first_status_hold_ends_across_fai
     assert [(x["type"], x["status"]) for x in written[3]] == [("Created", "False")]
     assert "no PriorityClass" in written[3][0]["message"]
     assert c.loop.failures(key) == 5
+
+
+def test_a_transition_written_after_writes_records_its_phases_on_the_world_it_was_computed_on():
+    """The running case: the sync creates two children and writes Running; the start-up's phase samples
+    (workers and launcher running) come from the pods of the world the status was computed on."""
+    mpijob, objects, config, now_text = golden_cases.load_case("running")
+    kube = FakeKube()
+    c, writer = _controller(kube, config, now_text)
+    key = _load(c, kube, copy.deepcopy(mpijob), copy.deepcopy(objects))
+    c.process(key)
+    assert "update MPIJob/status default/pi" in writer.lines()
+    phases = {
+        dict(labels)["phase"]
+        for (name, labels), value in _samples(c).items()
+        if name == "mpi_operator_job_phase_seconds_count" and value
+    }
+    assert {"workers_running", "launcher_running"} <= phases, phases
+
+
+def _samples(c: Controller) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in c.metrics.registry.collect()
+        for s in family.samples
+    }

@@ -219,7 +219,7 @@ def finish(
     nothing) on the status as the world stands once the write results are in. ``children``: what decide
     saw; ``answers``, the objects the server returned for the writes, replace or join them. The verdict
     is decide's alone: a change the writes make that decide had not seen (children just created) is the
-    next sync's to judge.
+    next sync's to judge, which this one asks for at once.
 
     The status builds on the one decide computed, so what only the world before the writes showed still
     shows: a failed worker this sync replaced leaves Restarting=True (Running no longer True, which Kueue
@@ -236,6 +236,10 @@ def finish(
     memory = attrs.evolve(memory, worker_failures=failures.count(job, observed))
     write = status.write and status_changed(status.old, new)
     wakes = [w for w in (status.wake_after, _wakeup(job, new, now, observed, config)) if w is not None]
+    if not status.write and not status.held and worth_writing(status.old, new):
+        # A change only the writes made: the next sync judges it, at once. Their watch events may never
+        # come: the answers are in the caches already, and an echo that changes nothing wakes no one.
+        wakes.append(_SLACK)
     return StatusDecision(status.old, new, write, status.held, min(wakes) if wakes else None), memory
 
 

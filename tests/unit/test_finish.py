@@ -61,6 +61,7 @@ def test_a_change_only_the_writes_made_is_the_next_syncs_to_judge():
     settled, _ = finish(j, decision, [], ExecResult(), created, NOW, CFG)
     assert cond.is_true(cond.clean(settled.new["conditions"]), cond.CREATED)  # the world after the writes
     assert not settled.write and settled.shown == {}  # ... but decide saw no status to write
+    assert settled.wake_after is not None and settled.wake_after < 0.1  # the next sync, at once
 
 
 def test_a_sync_without_writes_ends_with_decides_status():

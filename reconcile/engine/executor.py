@@ -45,7 +45,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
-from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
+from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb, delete_options
 
 log = logging.getLogger(__name__)
 
@@ -362,14 +362,7 @@ class _Run:
             self._error(entry.key, "patch", entry.api_version, exc)
 
     def delete(self, entry: Delete) -> None:
-        options: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "propagationPolicy": "Background",
-            "preconditions": {"uid": entry.uid},
-        }
-        if entry.grace_period_seconds is not None:
-            options["gracePeriodSeconds"] = entry.grace_period_seconds
+        options = delete_options(entry.uid, entry.grace_period_seconds)
         answer, exc = self._send("delete", entry.api_version, entry.key, "delete", options)
         if exc is None:
             self._finish(Outcome(entry.key, "deleted", answer))

@@ -37,6 +37,20 @@ class WriteRequest:
         return f"{self.verb} {self.kind}{sub} {where}"
 
 
+def delete_options(uid: str, grace_period_seconds: int | None = None) -> dict[str, Any]:
+    """A DELETE's body: background propagation, and a uid precondition, so a same-named successor is never
+    hit; a grace period when one is given (0: a force delete)."""
+    options: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": uid},
+    }
+    if grace_period_seconds is not None:
+        options["gracePeriodSeconds"] = grace_period_seconds
+    return options
+
+
 class WriteFailed(Exception):
     """A write the server refused (``status``: its HTTP code) or that got no answer (``status`` None), or
     of a kind the Writer does not know (``unknown_kind``)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb
+from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb, delete_options
 from reconcile.runtime.informer import Informer
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,8 @@ class HeldWrites:
 
     def delete_expired(self, key: str, obj: dict[str, Any]) -> None:
         log.info("TTL after finish expired, deleting the MPIJob", extra={"key": key})
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "propagationPolicy": "Background",
-            "preconditions": {"uid": obj["metadata"].get("uid")},
-        }
         try:
-            self._write(obj, "delete", options)
+            self._write(obj, "delete", delete_options(str(obj["metadata"].get("uid", ""))))
         except WriteFailed as err:
             if err.status not in (404, 409):
                 raise

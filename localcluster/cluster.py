@@ -75,6 +75,7 @@ class ClusterSpec:
     # their body, other writes as metadata), pod deletes by anyone (metadata) and every Lease write with
     # its body (who holds it, when)
     audit: bool = False
+    audit_policy: str = AUDIT_POLICY  # or rbacuse's, which also hold the operator's reads
     # extra kube-apiserver flags (benchmarks: e.g. a small --max-requests-inflight to load it)
     apiserver_args: tuple[str, ...] = ()
     # the images the real nodes get (tier "real"; None: every image localcluster.images builds)
@@ -379,7 +380,7 @@ class LocalCluster:
             argv.append("--disable-admission-plugins=ServiceAccount")
         if self.spec.audit:
             policy = self.work_dir / "audit-policy.yaml"
-            policy.write_text(AUDIT_POLICY)
+            policy.write_text(self.spec.audit_policy)
             self.log_dir.mkdir(parents=True, exist_ok=True)
             argv += [
                 f"--audit-policy-file={policy}",

@@ -25,6 +25,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import hypothesis
 import pytest
@@ -33,13 +34,17 @@ from kubernetes.client import ApiClient
 from localcluster import ClusterSpec, LocalCluster
 from localcluster.e2e import create_namespace
 from localcluster.operator import OperatorFailed, forget_runner, started_runners
+from localcluster.rbacuse import USAGE_POLICY
 from tests.utils import (
     CI_ENV,
     HYPOTHESIS_SEED,
+    LAST,
     NARROWING_ENV,
     SKIP_ENV,
     SKIP_REASON,
     TEST_NAMESPACE_LABELS,
+    TEST_STARTS,
+    audit_now,
     in_ci,
     namespace_name,
     skip_cluster,
@@ -47,6 +52,13 @@ from tests.utils import (
 )
 
 TIER_FIXTURES = {"l1_cluster": "l1", "l2_cluster": "l2"}
+# The e2e tier's cluster: its audit log holds the requests of the operator's ServiceAccount (the e2e
+# operator runs under it), and children's blockOwnerDeletion is checked as on clusters that enforce it.
+L2_EXTRAS: dict[str, Any] = {
+    "audit": True,
+    "audit_policy": USAGE_POLICY,
+    "apiserver_args": ("--enable-admission-plugins=OwnerReferencesPermissionEnforcement",),
+}
 _ci_skipped: list[str] = []
 hypothesis.settings.register_profile("ci", database=None, print_blob=True)
 
@@ -96,6 +108,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The unit tier first, alone on the machine: the session clusters start lazily, after it.
     unit = config.rootpath / "tests" / "unit"
     items.sort(key=lambda item: not item.path.is_relative_to(unit))
+    # A check of the whole run last, after every cluster tier.
+    items.sort(key=lambda item: bool(getattr(getattr(item, "function", None), LAST, False)))
 
 
 def _mark_tiers(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -148,6 +162,11 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _test_started(request: pytest.FixtureRequest) -> None:
+    request.config.stash.setdefault(TEST_STARTS, []).append((audit_now(), request.node.nodeid))
+
+
+@pytest.fixture(autouse=True)
 def _operators_checked() -> Iterator[None]:
     """After the test's own fixtures are torn down (autouse: set up first, torn down last)."""
     yield
@@ -163,7 +182,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _session_cluster(request: pytest.FixtureRequest, tier: str) -> Iterator[LocalCluster]:
     skip_without_cluster(request.config)
-    cluster = LocalCluster(ClusterSpec(tier=tier))  # type: ignore[arg-type]
+    cluster = LocalCluster(ClusterSpec(tier=tier, **(L2_EXTRAS if tier == "l2" else {})))  # type: ignore[arg-type]
     began = time.monotonic()
     cluster.start()  # raises (test errors) if binaries are missing or a component fails
     print(f"\n[localcluster] {tier} ready in {time.monotonic() - began:.1f}s at {cluster.server}")

@@ -8,11 +8,15 @@ benchmarks use too lives in `localcluster`: `kubectl`, `wait_for`, the MPIJob bu
   poll (a step every 0.2 s while a block runs); ``seconds_between`` object timestamps;
 * ``podgroup_crds``: the one source of the PodGroup CRDs (``tests/crds/``);
 * ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions;
-  ``processed_after_nudge``: timing-free "nothing happened".
+  ``processed_after_nudge``: timing-free "nothing happened";
+* ``RESTRICTED``, ``PRIVILEGED_POD``, ``assert_own_token_only``: the operator's own pod;
+* ``runs_last``, ``record_requests``, ``session_requests``: the operator ServiceAccount's requests over
+  the whole run, each with the test it came in (the check that the shipped RBAC is all used).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import secrets
@@ -28,6 +32,7 @@ import yaml
 from localcluster.cluster import LocalCluster
 from localcluster.e2e import operator_runner
 from localcluster.operator import OperatorRunner
+from localcluster.rbacuse import Request, read_log
 from localcluster.wait import wait_for
 from render.timeutil import parse_time
 
@@ -234,3 +239,69 @@ def processed_after_nudge(
     wait_for(
         synced, f"the operator to process MPIJob {namespace}/{name} at resourceVersion {wanted}", timeout
     )
+
+
+# -- the operator's requests over the run -------------------------------------------------------------
+TEST_STARTS = pytest.StashKey[list[tuple[str, str]]]()  # (UTC start as audit logs write it, test id)
+REQUESTS = pytest.StashKey[list[Request]]()  # from the audit logs of clusters already stopped
+LAST = "_runs_last"
+
+
+def runs_last(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a test to run after every other test of the session (tests/conftest.py orders it)."""
+    setattr(fn, LAST, True)
+    return fn
+
+
+def audit_now() -> str:
+    """Now, formatted as the audit log's requestReceivedTimestamp (so the two sort as text)."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def record_requests(config: pytest.Config, audit_log: Path) -> None:
+    """Keep the operator's requests of a cluster about to stop, for the end-of-run check."""
+    config.stash.setdefault(REQUESTS, []).extend(read_log(audit_log))
+
+
+def session_requests(config: pytest.Config, *live_logs: Path) -> list[tuple[str, Request]]:
+    """Every recorded request (and those of ``live_logs``), with the id of the test that was running."""
+    starts = sorted(config.stash.get(TEST_STARTS, []))
+    records = [*config.stash.get(REQUESTS, [])]
+    for path in live_logs:
+        records += read_log(path)
+    out = []
+    for r in records:
+        i = bisect.bisect_right(starts, (r.at, "\uffff")) - 1
+        out.append((starts[i][1] if i >= 0 else "", r))
+    return out
+
+
+# -- the operator's own pod ---------------------------------------------------------------------------
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+PRIVILEGED_POD = {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]}
+# What the ServiceAccount admission plugin mounts: the account's own token, the cluster CA, the namespace.
+TOKEN_SOURCES = frozenset({"serviceAccountToken", "configMap", "downwardAPI"})
+
+
+def assert_own_token_only(pod: dict[str, Any], account: str = "mpi-operator") -> None:
+    """No credential in the pod beyond its own ServiceAccount's token: no Secret volume or variable, no
+    host path, one projected token of ``account``."""
+    spec = pod["spec"]
+    assert spec.get("serviceAccountName") == account, spec.get("serviceAccountName")
+    tokens = []
+    for volume in spec.get("volumes") or []:
+        kinds = set(volume) - {"name"}
+        assert kinds in ({"emptyDir"}, {"projected"}), volume
+        if "projected" in volume:
+            sources = {k for source in volume["projected"]["sources"] for k in source}
+            assert sources <= TOKEN_SOURCES, volume
+            tokens.append(volume["name"])
+    assert len(tokens) <= 1, tokens
+    for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        assert not c.get("envFrom"), c["envFrom"]
+        assert all("valueFrom" not in e or "fieldRef" in e["valueFrom"] for e in c.get("env") or []), c["env"]

@@ -22,10 +22,11 @@ import urllib3
 from kubernetes.client import ApiException
 
 from localcluster import pki
-from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.cluster import AUDIT_POLICY, ClusterSpec, LocalCluster
 from localcluster.e2e import KNOB, SA_USER, apply_base, create_namespace
 from localcluster.jobs import minimal_job
 from localcluster.operator import OperatorRunner
+from localcluster.rbacuse import with_usage
 from localcluster.wait import wait_for
 from reconcile.engine.differ import controller_uid
 from reconcile.mpijob.kinds import MPIJOB
@@ -40,6 +41,8 @@ LEASE_FLAGS = (
 )
 UA = re.compile(r"^mpi-operator(/leader-election)? \((?P<id>[^)]+)\)")
 CHILD_PLURALS = ("pods", "services", "configmaps", "secrets", "jobs")
+# The log also holds the operator's reads (for the RBAC check); the invariants are about writes.
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 # An audit-like record made from an object's creationTimestamp (whole seconds), not from the audit log.
@@ -57,7 +60,9 @@ class ChaosCluster:
     operator: straight to the API server, or to a fault proxy in between."""
 
     def __init__(self, nodes: int = 2) -> None:
-        self.cluster = LocalCluster(ClusterSpec(tier="l2", nodes=nodes, audit=True))
+        self.cluster = LocalCluster(
+            ClusterSpec(tier="l2", nodes=nodes, audit=True, audit_policy=with_usage(AUDIT_POLICY))
+        )
         self.admin: Kube | None = None
 
     def start(self) -> ChaosCluster:
@@ -387,7 +392,7 @@ def lease_timeline(events: list[dict[str, Any]]) -> list[tuple[float, str]]:
     out = []
     for e in events:
         ref = e.get("objectRef") or {}
-        if ref.get("resource") != "leases" or ref.get("namespace") != LOCK_NS:
+        if ref.get("resource") != "leases" or ref.get("namespace") != LOCK_NS or e.get("verb") not in WRITES:
             continue
         if (e.get("responseStatus") or {}).get("code") not in (200, 201):
             continue
@@ -411,7 +416,7 @@ def operator_writes(events: list[dict[str, Any]], namespace: str) -> list[dict[s
     out = []
     for e in events:
         who = identity_of(e)
-        if who is None or who[1]:
+        if who is None or who[1] or e.get("verb") not in WRITES:
             continue
         if (e.get("objectRef") or {}).get("namespace") != namespace:
             continue

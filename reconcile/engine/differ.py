@@ -5,8 +5,9 @@ Rules (docs/architecture.md, "reconcile"):
 1. Identity is (API group, kind, namespace, name); the version is not part of it.
 2. Only objects whose controller ownerReference has ``owner_uid`` are patched or deleted. A wanted name
    held by any other object is a ``Conflict``, never touched.
-3. An owned live object that is not desired is deleted, with its UID as precondition; one that is already
-   being deleted is left alone (and a desired one becomes a ``Wait``).
+3. An owned live object that is not desired is deleted, with its UID as precondition, unless its kind's
+   policy leaves such objects to the garbage collector; one that is already being deleted is left alone
+   (and a desired one becomes a ``Wait``).
 4. No patch when live already holds what we render (``semantics.holds``), compared only on the paths the
    kind's policy lets us change now. The apply body is what render returns on those paths, plus, on
    every other path, live's value of the fields our earlier applies own (``managedFields``): never the
@@ -126,6 +127,7 @@ def plan(
         if key not in wanted
         and controller_uid(obj) == owner_uid
         and not obj["metadata"].get("deletionTimestamp")
+        and policy.for_kind(key.group, key.kind).deletes
     ]
     deletes.sort(key=lambda d: (-policy.rank(d.key.kind), d.key))
     creates.sort(key=lambda c: (c[0], c[1]))

@@ -69,6 +69,9 @@ class KindPolicy:
     mutable_paths: tuple[str, ...] = ()
     conditional: tuple[MutableWhen, ...] = ()
     server_defaults: tuple[tuple[str, Any], ...] = ()
+    # False: an owned object of this kind that is not desired is left to the garbage collector (it goes
+    # with its owner), so the controller needs no right to delete the kind.
+    deletes: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("patch", "create-only"):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+import attrs
+
 import render
 from reconcile.engine.executor import CreateRules
 from reconcile.engine.policy import CREATE_ONLY, JOB_POLICY, PATCH, SERVICE_POLICY, Policy
@@ -38,8 +40,11 @@ _REFERRED: Final = (
 POLICY: Final = Policy(
     field_manager=FIELD_MANAGER,
     kinds={
-        ("", "ConfigMap"): PATCH,
-        ("", "Service"): SERVICE_POLICY,
+        # Rendered for as long as the job lives and deleted with it by the garbage collector: never
+        # deleted by us, so the ClusterRole grants no delete of them (the SSH Secret is: one that lost
+        # its key material is replaced).
+        ("", "ConfigMap"): attrs.evolve(PATCH, deletes=False),
+        ("", "Service"): attrs.evolve(SERVICE_POLICY, deletes=False),
         ("scheduling.volcano.sh", "PodGroup"): PATCH,
         ("scheduling.x-k8s.io", "PodGroup"): PATCH,
         # Kubernetes' gang: patched in place where the version lets minCount change; where it cannot,
@@ -48,7 +53,7 @@ POLICY: Final = Policy(
         (names.WORKLOAD_GROUP, "PodGroup"): PATCH,
         ("", "Pod"): CREATE_ONLY,
         ("", "Secret"): CREATE_ONLY,
-        ("batch", "Job"): JOB_POLICY,
+        ("batch", "Job"): attrs.evolve(JOB_POLICY, deletes=False),
     },
     order=(*_REFERRED, "Pod", "Job"),
 )

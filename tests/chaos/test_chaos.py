@@ -12,7 +12,7 @@ import pytest
 
 from localcluster.chaos import scenarios
 from localcluster.chaos.harness import ChaosCluster, Report
-from tests.utils import skip_without_cluster
+from tests.utils import record_requests, skip_without_cluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.l2]
 
@@ -24,6 +24,7 @@ def chaos_cluster(request: pytest.FixtureRequest) -> Iterator[ChaosCluster]:
     try:
         yield cc
     finally:
+        record_requests(request.config, cc.cluster.audit_log)
         cc.stop()
 
 

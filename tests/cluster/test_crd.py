@@ -428,6 +428,9 @@ OPERATOR_CANNOT = [
     ("update", "leases", OPERATOR_NS, "someone-else", "coordination.k8s.io"),
     ("delete", "leases", OPERATOR_NS, "mpi-operator", "coordination.k8s.io"),
     ("create", "clusterroles", "", "", "rbac.authorization.k8s.io"),
+    ("delete", "jobs", "team-a", "job-launcher", "batch"),
+    ("delete", "services", "team-a", "job", ""),
+    ("delete", "configmaps", "team-a", "job-config", ""),
 ]
 
 

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.e2e import condition_is
+from localcluster.jobs import minimal_job
 from localcluster.kubectl import KubectlFailed, kubectl
+from localcluster.operator import OperatorRunner
+from localcluster.wait import wait_for
+from reconcile.mpijob.kinds import MPIJOB
+from reconcile.runtime.kube import CONFIGMAP, POD, SECRET, SERVICE, ApiError, Kube
 from tests.cluster.support import GROUP, OPERATOR_SA, _can, _user_client
 from tools.manifests import DEPLOY
 
@@ -74,4 +80,35 @@ def test_the_operator_may_act_in_its_namespace_only(namespaced):
         ]:
             assert not _can(api, verb, resource, namespace, "", group), (verb, resource, namespace)
     finally:
+        api.close()
+
+
+def test_the_operator_under_the_namespaced_roles_is_refused_nothing(namespaced, tmp_path):
+    """The Deployment's own args and the ServiceAccount's identity: a job gets its children, and no
+    request of the operator is answered 403."""
+    cluster, rendered, _ = namespaced
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    op = OperatorRunner(
+        cluster.write_user_kubeconfig(OPERATOR_SA),
+        tmp_path / "operator.log",
+        *[a for a in args if not a.startswith("--monitoring-port")],  # the runner picks a free port
+    )
+    op.start(timeout=40)
+    api = cluster.api_client()
+    kube = Kube(api, qps=0)
+    try:
+        kube.create(MPIJOB, "team-a", minimal_job("namespaced", workers=2))
+        wanted = [(SERVICE, "namespaced"), (CONFIGMAP, "namespaced-config"), (SECRET, "namespaced-ssh")]
+        wanted += [(POD, f"namespaced-worker-{i}") for i in range(2)]
+        for res, name in wanted:
+            wait_for(lambda res=res, name=name: kube.get(res, "team-a", name), f"{res.kind} {name}", 40)
+        wait_for(lambda: condition_is(kube.get(MPIJOB, "team-a", "namespaced"), "Created"), "Created", 40)
+        assert op.metric("mpi_operator_api_requests_total", code="201") >= len(wanted)
+        assert op.metric("mpi_operator_api_requests_total", code="403") == 0
+        assert op.metric("mpi_operator_transient_errors_total", code="403") == 0
+    finally:
+        op.stop()
+        with contextlib.suppress(ApiError):
+            kube.delete(MPIJOB, "team-a", "namespaced")
         api.close()

@@ -1,7 +1,8 @@
 """L2 end-to-end helpers of the tests alone (the fixtures are in conftest.py; `E2E`, the operator runner
 and the readers of conditions and pods, which the benchmarks use too, are in `localcluster.e2e`): a second
 kube-scheduler standing in for a gang scheduler, extra labelled kwok nodes, and `Placements`, which
-checks from every pod event that no job's workers are partly placed while another job holds workers.
+checks from every pod event that no job's workers are partly placed while another job holds workers;
+``shipped``, an object of deploy/ as kustomize builds it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from localcluster.e2e import E2E, JOB_NAME_LABEL, ROLE_LABEL
 from localcluster.nodes import KWOK_NODE_ANNOTATION
 from localcluster.processes import Proc, free_port, spawn
 from reconcile.runtime.kube import POD, ApiError, Kube, Resource
+from tools.manifests import DEPLOY, build
+
+
+def shipped(kind: str, name: str) -> dict[str, Any]:
+    """The one object of ``kind`` and ``name`` the default install (deploy/) holds."""
+    (found,) = [o for o in build(DEPLOY) if (o["kind"], o["metadata"]["name"]) == (kind, name)]
+    return found
 
 
 # -- stand-ins for the cluster's gang schedulers --------------------------------------------------------

@@ -20,7 +20,7 @@ from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
 from reconcile.mpijob.kinds import MPIJOB
 from reconcile.runtime.kube import Kube
-from tests.utils import REPO
+from tests.utils import PRIVILEGED_POD, REPO, RESTRICTED, assert_own_token_only
 
 pytestmark = pytest.mark.l2
 
@@ -67,9 +67,22 @@ def test_chart_installs_runs_pi_and_uninstalls_keeping_the_crd(own_cluster, tmp_
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    helm(cluster, "install", "mpi-operator", str(CHART), "-n", NS, "--create-namespace")
+    # The release's namespace enforces the restricted Pod Security Standard, as deploy/'s Namespace does.
+    core.create_namespace({"metadata": {"name": NS, "labels": RESTRICTED}})
+    helm(cluster, "install", "mpi-operator", str(CHART), "-n", NS)
     assert "deployed" in helm(cluster, "status", "mpi-operator", "-n", NS).lower()
     deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/mpi-operator")
+    # kwok runs no container, but the ReplicaSet's pods are admitted (or refused) as on any cluster.
+    pods = wait_for(
+        lambda: core.list_namespaced_pod(NS, label_selector="app=mpi-operator").items or None,
+        "the chart's operator pods admitted in the restricted namespace",
+        timeout=SLOW,
+    )
+    for pod in pods:
+        assert_own_token_only(api.sanitize_for_serialization(pod))
+    with pytest.raises(client.ApiException) as refused:  # the control: this namespace does enforce
+        core.create_namespaced_pod(NS, {"metadata": {"name": "privileged"}, "spec": PRIVILEGED_POD})
+    assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body, refused.value
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
     core.create_namespace({"metadata": {"name": "jobs"}})

@@ -3,6 +3,8 @@ hosts as the MPI program itself reports them (the launcher's log), not just the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from localcluster.e2e import condition_is, conditions, name_of
@@ -126,7 +128,7 @@ def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
     from localcluster.images.build import OPERATOR_IMAGE
     from localcluster.kubectl import kubectl
     from localcluster.wait import wait_for
-    from tests.utils import REPO
+    from tests.utils import REPO, assert_own_token_only
 
     cluster, op = node_e2e.cluster, node_e2e.operator
     op.stop()
@@ -137,6 +139,10 @@ def test_operator_deployment_from_deploy_runs_pi(node_e2e: NodeE2E) -> None:
         assert "successfully rolled out" in out
         image = kubectl(cluster, *ns, "get", "deploy/mpi-operator", "-o", "jsonpath={..image}").stdout
         assert image.replace("docker.io/library/", "") == OPERATOR_IMAGE.replace("docker.io/library/", "")
+        pods = json.loads(kubectl(cluster, *ns, "get", "pods", "-l", "app=mpi-operator", "-o", "json").stdout)
+        assert pods["items"], "no operator pod"
+        for pod in pods["items"]:
+            assert_own_token_only(pod)
         node_e2e.submit(node_job("openmpi-nonroot"))
         # the process operator is stopped: no liveness check of it here
         wait_for(

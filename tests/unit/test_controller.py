@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
+import attrs
 import pytest
 
 import render
@@ -100,12 +101,12 @@ def test_a_node_event_enqueues_the_jobs_with_pods_on_it_and_their_children_inclu
 def test_policy_is_the_design_table():
     assert POLICY.for_kind("", "Pod") == CREATE_ONLY
     assert POLICY.for_kind("", "Secret") == CREATE_ONLY
-    assert POLICY.for_kind("batch", "Job") == JOB_POLICY
+    assert POLICY.for_kind("batch", "Job") == attrs.evolve(JOB_POLICY, deletes=False)
     assert "spec.suspend" in JOB_POLICY.mutable_paths
-    for group, kind in [("", "ConfigMap"), ("scheduling.volcano.sh", "PodGroup")]:
-        assert POLICY.for_kind(group, kind) == PATCH
+    assert POLICY.for_kind("scheduling.volcano.sh", "PodGroup") == PATCH
+    assert POLICY.for_kind("", "ConfigMap") == attrs.evolve(PATCH, deletes=False)
     # Patched in place, knowing the fields the API server defaults (else each sync would "remove" them).
-    assert POLICY.for_kind("", "Service") == SERVICE_POLICY
+    assert POLICY.for_kind("", "Service") == attrs.evolve(SERVICE_POLICY, deletes=False)
     assert SERVICE_POLICY.mode == "patch"
     assert POLICY.rank("Service") < POLICY.rank("Pod") < POLICY.rank("Job")
 

@@ -185,12 +185,22 @@ def test_identity_is_group_kind_namespace_name_not_version() -> None:
 def test_owned_objects_no_longer_desired_are_deleted_with_their_uid() -> None:
     keep, gone = pod("pi-worker-0"), pod("pi-worker-1")
     live = [as_live(keep, "uid-0"), as_live(gone, "uid-1"), as_live(configmap(), "uid-cm")]
-    result = plan([keep], live, POLICY, OWNER)
+    result = plan([keep], live, Policy(field_manager=FIELD_MANAGER, order=("ConfigMap", "Pod")), OWNER)
     assert result.deletes == (
         Delete(ObjectKey("", "Pod", NS, "pi-worker-1"), "v1", "uid-1"),
         Delete(ObjectKey("", "ConfigMap", NS, "pi-config"), "v1", "uid-cm"),
     ), "pods before the ConfigMap: deletes run in reverse create order"
     assert not result.creates and not result.patches
+
+
+def test_kinds_left_to_the_garbage_collector_are_never_deleted() -> None:
+    live = [
+        as_live(configmap(), "uid-cm"),
+        as_live(service(), "uid-svc"),
+        as_live(pod("pi-worker-0"), "uid-0"),
+    ]
+    result = plan([], live, POLICY, OWNER)
+    assert [d.key.kind for d in result.deletes] == ["Pod"], result.deletes
 
 
 def test_objects_we_do_not_control_are_never_deleted() -> None:

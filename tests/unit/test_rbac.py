@@ -154,8 +154,9 @@ def used() -> dict[tuple[str, str], set[str]]:
             out.setdefault(_key(res), set()).add("get")
     # the executor: POST creates, PATCH applies and removals, DELETE deletes, for every kind of the policy
     by_kind = {(r.group, r.kind): r for r in RESOURCES.values()}
-    for group, kind in POLICY.kinds:
-        out.setdefault(_key(by_kind[(group, kind)]), set()).update({"create", "patch", "delete"})
+    for (group, kind), kind_policy in POLICY.kinds.items():
+        verbs = {"create", "patch", "delete"} if kind_policy.deletes else {"create", "patch"}
+        out.setdefault(_key(by_kind[(group, kind)]), set()).update(verbs)
     return out
 
 

@@ -12,10 +12,13 @@ benchmarks use too lives in `localcluster`: `kubectl`, `wait_for`, the MPIJob bu
 * ``RESTRICTED``, ``PRIVILEGED_POD``, ``assert_own_token_only``: the operator's own pod;
 * ``runs_last``, ``record_requests``, ``session_requests``: the operator ServiceAccount's requests over
   the whole run, each with the test it came in (the check that the shipped RBAC is all used).
+* ``key_forms``, ``leaked``: a private key in every form it could leak in, and which of them a text holds;
+  ``secret_refs``: every Secret a pod spec refers to.
 """
 
 from __future__ import annotations
 
+import base64
 import bisect
 import os
 import re
@@ -305,3 +308,48 @@ def assert_own_token_only(pod: dict[str, Any], account: str = "mpi-operator") ->
     for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
         assert not c.get("envFrom"), c["envFrom"]
         assert all("valueFrom" not in e or "fieldRef" in e["valueFrom"] for e in c.get("env") or []), c["env"]
+
+
+# A PEM line shorter than this could occur in any text by chance.
+MIN_KEY_LINE = 16
+
+
+def key_forms(private_pem: str) -> dict[str, str]:
+    """A private key as a Secret's data holds it (base64), as PEM, and each PEM line of 16 characters or
+    more, by a name for assertion messages (which must not print the key): a leak in any form shows as one
+    of them."""
+    lines = [
+        line for line in private_pem.splitlines() if len(line) >= MIN_KEY_LINE and "PRIVATE KEY" not in line
+    ]
+    assert len(lines) >= 3, "a key without a body: the search would mean nothing"
+    forms = {"base64": base64.b64encode(private_pem.encode()).decode(), "PEM": private_pem}
+    return forms | {f"PEM line {i}": line for i, line in enumerate(lines, 1)}
+
+
+def leaked(text: str, forms: dict[str, str]) -> list[str]:
+    """The names of the ``key_forms`` that occur in ``text``, also where JSON escaped its newlines."""
+    unescaped = text.replace("\\n", "\n")
+    return [name for name, form in forms.items() if form in text or form in unescaped]
+
+
+def secret_refs(pod_spec: dict[str, Any]) -> set[str]:
+    """The name of every Secret a pod spec refers to: volumes (projected too), env and envFrom of every
+    container, image pull secrets."""
+    names = set()
+    for volume in pod_spec.get("volumes") or []:
+        if "secret" in volume:
+            names.add(volume["secret"].get("secretName"))
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if "secret" in source:
+                names.add(source["secret"].get("name"))
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in pod_spec.get(key) or []:
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    names.add(ref.get("name"))
+            for source in container.get("envFrom") or []:
+                if "secretRef" in source:
+                    names.add(source["secretRef"].get("name"))
+    names.update(s.get("name") for s in pod_spec.get("imagePullSecrets") or [])
+    return names

@@ -31,6 +31,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from reconcile.engine import redact
 from reconcile.engine.managedfields import NOTHING, owned_by, select, without
 from reconcile.engine.plan import Conflict, Converged, Create, Delete, ObjectKey, Patch, Plan, Wait
 from reconcile.engine.policy import METADATA_PATHS, KindPolicy, Policy
@@ -166,7 +167,11 @@ def _patch(
     if log.isEnabledFor(logging.DEBUG):
         from deepdiff import DeepDiff  # only for the explanation
 
-        log.debug("drift in %s: %s", key, DeepDiff(seen, compared_fields, verbose_level=2).to_json())
+        before, after = seen, compared_fields
+        if redact.is_secret(key.group, key.kind):  # tagged: a changed value still shows as changed
+            after = redact.hide_values(after, tag=True)
+            before = redact.hide_values(seen, tag=True) if isinstance(seen, Mapping) else seen
+        log.debug("drift in %s: %s", key, DeepDiff(before, after, verbose_level=2).to_json())
     body = None
     if drift:
         body = compared if kind_policy.mode == "patch" else _apply_body(compared, have, paths, manager)

@@ -44,6 +44,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from reconcile.engine import redact
 from reconcile.engine.plan import Conflict, Create, Delete, ObjectKey, Patch, Plan
 from reconcile.engine.writer import WriteFailed, Writer, WriteRequest, WriteVerb, delete_options
 
@@ -279,6 +280,8 @@ class _Run:
         try:
             answer = self.writer.send(request)
         except WriteFailed as exc:
+            if redact.is_secret(api_version, key.kind):  # its message goes to logs and events
+                exc = _without_values(exc, body)
             if not exc.unknown_kind:
                 self.requests.append(Request(verb, key.kind, exc.code))
             return None, exc
@@ -382,6 +385,21 @@ class _Run:
     def conflict(self, entry: Conflict, owner_description: str) -> None:
         message = f'Resource "{entry.key.name}" already exists and is not managed by {owner_description}'
         self.events.append(EventData(WARNING, ERR_RESOURCE_EXISTS, message, str(entry.key)))
+
+
+def _without_values(exc: WriteFailed, body: Any) -> WriteFailed:
+    """``exc`` without the Secret values of the request's body: an admission webhook may quote them."""
+    causes = [
+        {k: redact.hide_in_text(v, body) if isinstance(v, str) else v for k, v in c.items()}
+        for c in exc.causes
+    ]
+    return WriteFailed(
+        exc.status,
+        redact.hide_in_text(exc.message, body),
+        reason=exc.reason,
+        causes=causes,
+        unknown_kind=exc.unknown_kind,
+    )
 
 
 def returned_objects(result: ExecResult) -> list[Mapping[str, Any]]:

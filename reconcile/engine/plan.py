@@ -1,7 +1,7 @@
 """A Plan: the creates, patches and deletes that move live objects to the desired ones. Plain data.
 
-Printable (``str(plan)``), serialisable (``plan.to_dict()``), comparable with ``==`` in tests; an empty
-plan is falsy.
+Printable (``str(plan)``), serialisable (``plan.to_dict()``, with a Secret's values masked: it is for
+people to read), comparable with ``==`` in tests; an empty plan is falsy.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from reconcile.engine import redact
 
 
 def _group(api_version: str) -> str:
@@ -53,7 +55,8 @@ class Create:
     body: dict[str, Any] = attrs.field(eq=True, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return _entry("create", self.key, self.api_version, body=self.body)
+        body = redact.hide_values(self.body) if redact.is_secret(self.key.group, self.key.kind) else self.body
+        return _entry("create", self.key, self.api_version, body=body)
 
     def __str__(self) -> str:
         return f"create {self.key}"
@@ -79,14 +82,21 @@ class Patch:
     removal_patch: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        body, json_patch, removal_patch = self.body, list(self.json_patch), list(self.removal_patch)
+        if redact.is_secret(self.key.group, self.key.kind):
+            body = None if body is None else redact.hide_values(body)
+            json_patch, removal_patch = (
+                redact.hide_json_patch(json_patch),
+                redact.hide_json_patch(removal_patch),
+            )
         return _entry(
             "patch",
             self.key,
             self.api_version,
             uid=self.uid,
-            jsonPatch=list(self.json_patch),
-            body=self.body,
-            removalPatch=list(self.removal_patch),
+            jsonPatch=json_patch,
+            body=body,
+            removalPatch=removal_patch,
         )
 
     def __str__(self) -> str:

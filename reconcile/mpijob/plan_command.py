@@ -1,11 +1,11 @@
 """`mpijob plan NAME`: what the operator would do now for a live MPIJob, read-only.
 
 It reads the MPIJob and its children from the API server (GET and LIST only), and prints what the
-operator's own ``decide`` makes of them: creates, patches with their JSON patches, deletes, conflicts
-(names held by objects the job does not own), plus the status change. It writes nothing. Exit 0 when
-the operator would write nothing, 1 when it would (as `kubectl diff`), 2 on bad input (flags, kubeconfig, an
-MPIJob that does not exist or is invalid), 3 when the API server could not be asked or this program
-failed.
+operator's own ``decide`` makes of them: creates, patches with their JSON patches (a Secret's values
+masked: ``Plan.to_dict``), deletes, conflicts (names held by objects the job does not own), plus the status
+change. It writes nothing. Exit 0 when the operator would write nothing, 1 when it would (as `kubectl
+diff`), 2 on bad input (flags, kubeconfig, an MPIJob that does not exist or is invalid), 3 when the API
+server could not be asked or this program failed.
 """
 
 from __future__ import annotations

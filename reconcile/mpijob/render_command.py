@@ -2,7 +2,8 @@
 
 Offline: no cluster is read. A manifest is judged as the API server would judge its create (strict field
 validation and the CRD's schema), then as the operator would. From a checkout,
-`python -m reconcile.cli render` runs it too.
+`python -m reconcile.cli render` runs it too. The SSH Secret's keys are masked unless --show-secrets asks
+for them; the mask is not base64, so a masked output applied by mistake is refused.
 
 exit codes: 0 rendered; 2 bad input (flags, files, YAML, a manifest the API server or the operator would
 refuse); 3 an internal error of this program.
@@ -23,6 +24,7 @@ from typing import Any
 import attrs
 import yaml
 
+from reconcile.engine.redact import hide_object
 from render import names
 from render.admission import admit, normal_path
 from render.api import Config, SSHKey
@@ -76,6 +78,9 @@ def _parser(prog: str = "mpijob render") -> argparse.ArgumentParser:
     p.add_argument("--status", action="store_true", help="print the status that would be written")
     p.add_argument("--now", help="RFC 3339 time render and status see (default: the current time)")
     p.add_argument("--ssh-key", help="PEM ECDSA private key to use when no live SSH Secret exists")
+    p.add_argument(
+        "--show-secrets", action="store_true", help="print the SSH Secret's keys (masked by default)"
+    )
     p.add_argument("--cluster-domain", default="", help="cluster domain appended to host names")
     p.add_argument(
         "--gang-scheduling",
@@ -211,6 +216,8 @@ def _main(args: argparse.Namespace) -> int:
         for line in errors:
             print(one_line(line), file=sys.stderr)
         return EXIT_INVALID
+    if not args.show_secrets:
+        children = [dict(hide_object(child)) for child in children]
     sys.stdout.write(_output(statuses if args.status else children, args.output, args.status))
     return 0
 

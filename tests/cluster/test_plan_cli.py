@@ -24,7 +24,7 @@ pytestmark = pytest.mark.l1
 # docs/cli.md's one-liner, with $JOB and $NS.
 DIFF_ONE_LINER = (
     "kubectl diff --server-side --field-manager=mpijob-operator --force-conflicts -f <(mpijob-render "
-    '<(kubectl get mpijob "$JOB" -n "$NS" -o yaml) --observed '
+    '--show-secrets <(kubectl get mpijob "$JOB" -n "$NS" -o yaml) --observed '
     '<(kubectl get pods,jobs,services,configmaps,secrets -n "$NS" '
     '-l training.kubeflow.org/job-name="$JOB" -o yaml))'
 )

@@ -13,7 +13,8 @@ from tests.unit.render_helpers import run_cli
 def case_args(case):
     d = GOLDEN / case
     _, _, config, now = load_case(case)
-    args = [str(d / "mpijob.yaml"), "--now", now, "--ssh-key", str(KEY_FILE)]
+    # the goldens hold the test key: only --show-secrets prints it
+    args = [str(d / "mpijob.yaml"), "--now", now, "--ssh-key", str(KEY_FILE), "--show-secrets"]
     if (d / "observed.yaml").exists():
         args += ["--observed", str(d / "observed.yaml")]
     if config.cluster_domain:
@@ -103,7 +104,7 @@ def _stream(separator: str = "---\n") -> str:
 
 
 def _fixed(*extra):
-    return ["-", "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE), *extra]
+    return ["-", "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE), "--show-secrets", *extra]
 
 
 def test_a_stream_of_mpijobs_renders_all_of_them():

@@ -40,7 +40,9 @@ def test_application_example_renders_as_its_golden_case(name: str) -> None:
     assert "uid" not in job["metadata"]
     assert (job["metadata"]["name"], job["spec"]) == (name, golden["spec"])
     others = [f"{d['kind'].lower()}/{d['metadata']['name']}" for d in docs if d is not job]
-    code, out, err = run_cli(["-f", str(path), "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE)])
+    code, out, err = run_cli(
+        ["-f", str(path), "--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE), "--show-secrets"]
+    )
     assert code == 0, err
     # Without a uid (the API server assigns it) render owns the children by the zero uid.
     assert out.replace(ZERO_UID, golden["metadata"]["uid"]) == (GOLDEN / name / "children.yaml").read_text()

@@ -18,7 +18,7 @@ from tests.unit.golden_cases import GOLDEN, KEY_FILE
 from tests.unit.render_helpers import job, run_cli
 from tools.crdgen.build import CRD_PATH, SCHEMA_PATH, render_schema_json
 
-FIXED = ["--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE)]
+FIXED = ["--now", "2025-06-01T12:00:00Z", "--ssh-key", str(KEY_FILE), "--show-secrets"]  # as the goldens
 PI = GOLDEN / "openmpi-pi" / "mpijob.yaml"
 
 

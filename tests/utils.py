@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import functools
 import os
 import re
 import secrets
@@ -37,6 +38,7 @@ from localcluster.e2e import operator_runner
 from localcluster.operator import OperatorRunner
 from localcluster.rbacuse import Request, read_log
 from localcluster.wait import wait_for
+from reconcile.runtime.kube import Resource
 from render.timeutil import parse_time
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,16 +100,27 @@ def seconds_between(start: Any, end: Any) -> float:
     return (b - a).total_seconds()
 
 
-# The kubernetes client's list call of each kind Versions watches.
-_WATCHED = {"Pod": ("CoreV1Api", "list_namespaced_pod"), "Job": ("BatchV1Api", "list_namespaced_job")}
+# The kubernetes client's list call of each kind Versions watches by name.
+_WATCHED = {
+    "Pod": ("CoreV1Api", "list_namespaced_pod"),
+    "Job": ("BatchV1Api", "list_namespaced_job"),
+    "Service": ("CoreV1Api", "list_namespaced_service"),
+    "ConfigMap": ("CoreV1Api", "list_namespaced_config_map"),
+    "Secret": ("CoreV1Api", "list_namespaced_secret"),
+    "Event": ("CoreV1Api", "list_namespaced_event"),
+}
 
 
 class Versions:
-    """Every version of a namespace's objects of `kinds` ("Pod", "Job"), from one watch per kind in a
-    thread: what polls would miss (a pod failed and replaced, a child deleted and created again, between
-    two reads). `listed`: entering waits for each watch's initial list (the namespace has such objects)."""
+    """Every version of a namespace's objects of `kinds` (the names in _WATCHED, "Pod", "Job" ..., or a
+    custom resource's ``Resource``), from one watch per kind in a thread: what polls would miss (a pod
+    failed and replaced, a child deleted and created again, between two reads; a deletion shows as a
+    version with a new resourceVersion). `listed`: entering waits for each watch's initial list (the
+    namespace has such objects)."""
 
-    def __init__(self, cluster: Any, namespace: str, kinds: tuple[str, ...] = ("Pod",), listed: bool = False):
+    def __init__(
+        self, cluster: Any, namespace: str, kinds: tuple[str | Resource, ...] = ("Pod",), listed: bool = False
+    ):
         from kubernetes import client, watch
 
         self.versions: list[dict[str, Any]] = []
@@ -117,6 +130,14 @@ class Versions:
         self._stopping = False
         self._watches: list[tuple[str, Any, Callable[..., Any], threading.Event]] = []
         for kind in kinds:
+            if isinstance(kind, Resource):
+                custom = client.CustomObjectsApi(self._api).list_namespaced_custom_object
+                version = kind.api_version.rpartition("/")[2]
+                list_fn: Callable[..., Any] = functools.partial(
+                    custom, kind.group, version, plural=kind.plural
+                )
+                self._watches.append((kind.kind, watch.Watch(), list_fn, threading.Event()))
+                continue
             api_class, method = _WATCHED[kind]
             list_fn = getattr(getattr(client, api_class)(self._api), method)
             self._watches.append((kind, watch.Watch(), list_fn, threading.Event()))

@@ -239,7 +239,9 @@ class Controller:
         self._finish_status(obj, status, after(children, answers))
         self._job_info(key, obj)
         wakes = [
-            w for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake) if w is not None
+            w
+            for w in (status.wake_after, decision.hostfile_wake, decision.recreate_wake, decision.held_wake)
+            if w is not None
         ]
         error = None
         if the_plan.conflicts:

@@ -32,7 +32,7 @@ from reconcile.mpijob.syncstate import (
 from render import conditions as rcond
 from render import failures, names, nodes
 from render.children.sshwait import discovers_hosts
-from render.observed import CreateFailure
+from render.observed import CreateFailure, view
 
 # A job's first status, and a discover_hosts.sh rewrite of a job whose launcher discovers hosts (it reads
 # the list as it runs), wait this long for more (pods start one by one), then are written.
@@ -44,6 +44,11 @@ QUIET_SECONDS = 10.0
 # is kept current within this long for whoever looks, and a job that starts and ends within it costs no
 # write for it.
 UNREAD_HOSTS_SECONDS = 60.0
+# A job held by an object someone else made under a child's name is looked at again this often: that
+# object's deletion wakes nothing (the child watches see only labelled objects and map events by their
+# controller), and a held job's plan may have no conflict to retry with back-off (no worker or launcher is
+# rendered for it).
+HELD_RECHECK_SECONDS = 5.0
 # A deadline or TTL further away than this is looked at again then (the queue's timer takes no years).
 MAX_WAKEUP_SECONDS = 24 * 3600.0
 # Slack past a moment, so the sync it wakes sees the moment passed.
@@ -86,6 +91,8 @@ class Decision:
     hostfile_wake: float | None = None
     # Creates of children someone else keeps deleting, held back: the sync after this wait sends them.
     recreate_wake: float | None = None
+    # A wanted name held by someone else's object: the sync after this wait looks whether it is gone.
+    held_wake: float | None = None
     # The status as the world stands before the plan, and the verdict on it; ``finish`` applies the
     # verdict to the status the world shows after the plan's writes.
     status: StatusDecision | None = None
@@ -116,7 +123,9 @@ class Decision:
     def wake_after(self) -> float | None:
         """Seconds until this job must be synced again by time alone, if it must."""
         status_wake = self.status.wake_after if self.status else None
-        waits = [w for w in (status_wake, self.hostfile_wake, self.recreate_wake) if w is not None]
+        waits = [
+            w for w in (status_wake, self.hostfile_wake, self.recreate_wake, self.held_wake) if w is not None
+        ]
         return min(waits) if waits else None
 
 
@@ -202,6 +211,7 @@ def decide(
         hostfile_held=hostfile_held,
         hostfile_wake=hostfile_wake,
         recreate_wake=recreate_wake,
+        held_wake=HELD_RECHECK_SECONDS if _held(job, known, observed, config) else None,
         status=status,
     )
 
@@ -310,6 +320,15 @@ def remember(memory: JobMemory, the_plan: Plan, result: ExecResult, now: datetim
         taken = taken | {(c.key.kind, c.key.name) for c in the_plan.creates if c.key not in settled}
     created = recreate.record(memory.created, result, now, _failed_uids(memory))
     return attrs.evolve(memory, create_failure=refused, taken=taken, created=created)
+
+
+def _held(
+    job: render.MPIJob, status: Mapping[str, Any], observed: render.Observed, config: render.Config
+) -> bool:
+    """An active job some of whose wanted names are held by objects it does not control."""
+    if job.suspended or rcond.is_finished(rcond.clean(status.get("conditions"))):
+        return False
+    return bool(view(observed, job, render.wanted_names(job, config)).conflicts)
 
 
 def _force_deletes(the_plan: Plan, pods: Sequence[Mapping[str, Any]]) -> Plan:

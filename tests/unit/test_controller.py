@@ -259,3 +259,27 @@ def test_process_records_the_version_each_finished_sync_acted_on(monkeypatch):
     c.mpijobs.store.delete("ns/pi")
     c.process("ns/pi")
     assert c.synced_version("ns/pi") is None  # gone: forgotten
+
+
+@pytest.mark.parametrize(
+    ("res", "name"), [(JOB, "pi-launcher"), (POD, "pi-worker-0"), (CONFIGMAP, "pi-config")]
+)
+def test_a_job_held_by_a_foreign_object_is_looked_at_again_until_it_is_gone(res, name):
+    from reconcile.mpijob.decide import HELD_RECHECK_SECONDS
+
+    c = controller()
+    mpijob = _mpijob()
+    # someone else's object under a child's name: its deletion wakes no sync of this job
+    foreign = obj(res.kind, name, ref("ConfigMap", "owner", "owner-uid", "v1"), api_version=res.api_version)
+    c.children[res].store.upsert(foreign)
+    children, memory = c.observe(mpijob, JobMemory(uid="job-uid"))
+    held = decide(mpijob, children, memory, NOW, c.config)
+    assert held.held_wake == HELD_RECHECK_SECONDS
+    assert held.wake_after is not None and held.wake_after <= HELD_RECHECK_SECONDS
+    assert not any(str(e.key).endswith(f"/{name}") for e in held.plan.creates)
+    # a held job renders no launcher or worker: no conflict in the plan whose retry would look again
+    assert bool(held.plan.conflicts) == (res is CONFIGMAP)
+    c.children[res].store.delete(f"ns/{name}")
+    children, memory = c.observe(mpijob, held.memory)
+    free = decide(mpijob, children, memory, NOW, c.config)
+    assert free.held_wake is None

@@ -48,9 +48,6 @@ class Usage:
     seen: Counter[Grant] = attrs.field(factory=Counter)
     refused: Counter[Grant] = attrs.field(factory=Counter)
 
-    def __or__(self, other: Usage) -> Usage:
-        return Usage(self.seen + other.seen, self.refused + other.refused)
-
 
 def with_usage(policy: str) -> str:
     """``policy`` that also records the operator's requests (its first matching rule still wins)."""

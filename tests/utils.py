@@ -10,6 +10,7 @@ benchmarks use too lives in `localcluster`: `kubectl`, `wait_for`, the MPIJob bu
 * ``api_writes``: the operator's API writes (its ``/metrics``), for "no writes" assertions;
   ``processed_after_nudge``: timing-free "nothing happened";
 * ``RESTRICTED``, ``PRIVILEGED_POD``, ``assert_own_token_only``: the operator's own pod;
+* ``user_client``, ``bind_user``: a client of a user, and a ClusterRole granted to one in a namespace;
 * ``runs_last``, ``record_requests``, ``session_requests``: the operator ServiceAccount's requests over
   the whole run, each with the test it came in (the check that the shipped RBAC is all used).
 * ``key_forms``, ``leaked``: a private key in every form it could leak in, and which of them a text holds;
@@ -374,3 +375,25 @@ def secret_refs(pod_spec: dict[str, Any]) -> set[str]:
                     names.add(source["secretRef"].get("name"))
     names.update(s.get("name") for s in pod_spec.get("imagePullSecrets") or [])
     return names
+
+
+# -- users ---------------------------------------------------------------------------------------------
+def user_client(cluster: LocalCluster, user: str, groups: tuple[str, ...] = ()) -> Any:
+    """A kubernetes ApiClient authenticated as ``user`` (a client certificate the cluster's CA signs)."""
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(cluster.write_user_kubeconfig(user, groups)))
+
+
+def bind_user(api_client: Any, namespace: str, user: str, cluster_role: str) -> None:
+    """Grant ``cluster_role`` to ``user`` in ``namespace`` alone (a RoleBinding named after the user)."""
+    from kubernetes import client
+
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )

@@ -54,12 +54,6 @@ def _can(
     return client.AuthorizationV1Api(api_client).create_self_subject_access_review(review).status.allowed
 
 
-def _user_client(cluster: Any, user: str, groups: tuple[str, ...] = ()) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(cluster.write_user_kubeconfig(user, groups)))
-
-
 def plan(kubeconfig: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
         [sys.executable, "-m", "reconcile.cli", "plan", "--kubeconfig", str(kubeconfig), *args],

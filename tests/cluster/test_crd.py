@@ -27,8 +27,8 @@ from tests.cluster.support import (
     PLURAL,
     VERSION,
     _can,
-    _user_client,
 )
+from tests.utils import bind_user, user_client
 from tools.crdgen.build import CRD_PATH
 from tools.manifests import DEPLOY, REPO
 
@@ -435,7 +435,7 @@ OPERATOR_CANNOT = [
 
 
 def test_operator_service_account_has_exactly_what_it_needs(base_installed):
-    api = _user_client(base_installed, OPERATOR_SA)
+    api = user_client(base_installed, OPERATOR_SA)
     try:
         denied = [c for c in OPERATOR_CAN if not _can(api, *c)]
         allowed = [c for c in OPERATOR_CANNOT if _can(api, *c)]
@@ -445,17 +445,9 @@ def test_operator_service_account_has_exactly_what_it_needs(base_installed):
 
 
 def test_user_roles_grant_edit_and_view(base_installed, namespace, api_client):
-    rbac = client.RbacAuthorizationV1Api(api_client)
     for user, role in (("alice", "kubeflow-mpijobs-edit"), ("bob", "kubeflow-mpijobs-view")):
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": user},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-            },
-        )
-    alice, bob = _user_client(base_installed, "alice"), _user_client(base_installed, "bob")
+        bind_user(api_client, namespace, user, role)
+    alice, bob = user_client(base_installed, "alice"), user_client(base_installed, "bob")
     try:
         assert _can(alice, "create", "mpijobs", namespace, "", GROUP)
         assert _can(alice, "delete", "mpijobs", namespace, "x", GROUP)

@@ -17,7 +17,8 @@ from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
 from reconcile.mpijob.kinds import MPIJOB
 from reconcile.runtime.kube import CONFIGMAP, POD, SECRET, SERVICE, ApiError, Kube
-from tests.cluster.support import GROUP, OPERATOR_SA, _can, _user_client
+from tests.cluster.support import GROUP, OPERATOR_SA, _can
+from tests.utils import user_client
 from tools.manifests import DEPLOY
 
 pytestmark = pytest.mark.l1
@@ -58,7 +59,7 @@ def test_the_overlay_has_no_cluster_role_for_the_operator_and_passes_a_server_dr
 
 def test_the_operator_may_act_in_its_namespace_only(namespaced):
     cluster, _, _ = namespaced
-    api = _user_client(cluster, OPERATOR_SA)
+    api = user_client(cluster, OPERATOR_SA)
     try:
         for verb, resource, group in [
             ("list", "secrets", ""),

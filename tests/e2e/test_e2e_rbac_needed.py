@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from localcluster import LocalCluster
 from localcluster.jobs import minimal_job
 from reconcile.mpijob.kinds import MPIJOB
 from reconcile.runtime.kube import CONFIGMAP, ApiError, Kube
 from tests.e2e.support import shipped
+from tests.utils import bind_user, user_client
 
 pytestmark = pytest.mark.l2
 
@@ -43,16 +44,8 @@ def roles(e2e_cluster: LocalCluster, namespace: str) -> Iterator[dict[str, Kube]
     users: dict[str, Kube] = {}
     try:
         for user, role in (("test-shipped-role", "mpi-operator"), ("test-role-without-finalizers", WITHOUT)):
-            rbac.create_namespaced_role_binding(
-                namespace,
-                {
-                    "metadata": {"name": user},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-                },
-            )
-            kubeconfig = e2e_cluster.write_user_kubeconfig(user)
-            users[role] = Kube(config.new_client_from_config(config_file=str(kubeconfig)), qps=0)
+            bind_user(admin, namespace, user, role)
+            users[role] = Kube(user_client(e2e_cluster, user), qps=0)
         yield users
     finally:
         for k in users.values():

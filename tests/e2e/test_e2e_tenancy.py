@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from localcluster import LocalCluster
 from localcluster.e2e import (
@@ -48,12 +48,18 @@ from reconcile.runtime.kube import (
 )
 from render import names
 from tests.e2e.support import extra_scheduler
-from tests.utils import TEST_NAMESPACE_LABELS, Versions, namespace_name, processed_after_nudge
+from tests.utils import (
+    TEST_NAMESPACE_LABELS,
+    Versions,
+    bind_user,
+    namespace_name,
+    processed_after_nudge,
+    user_client,
+)
 
 pytestmark = pytest.mark.l2
 
 GANG = "scheduler-plugins-scheduler"  # a scheduler name nothing serves: the jobs' pods stay Pending
-ROLE_BINDING = Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
 OWNER = "owner"  # the ConfigMap that controls the foreign objects of the "controlled" case
 
 
@@ -400,19 +406,8 @@ def namespace_b(e2e: E2E) -> Iterator[str]:
 @pytest.fixture
 def tenant(e2e: E2E, e2e_cluster: LocalCluster) -> Iterator[Kube]:
     """A user who may edit MPIJobs in A (the e2e namespace) alone: the shipped role, bound in A."""
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "tenant-mpijobs"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "kubeflow-mpijobs-edit",
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-    }
-    e2e.kube.create(ROLE_BINDING, e2e.ns, binding)
-    api = config.new_client_from_config(config_file=str(e2e_cluster.write_user_kubeconfig(USER)))
+    bind_user(e2e.kube.api_client, e2e.ns, USER, "kubeflow-mpijobs-edit")
+    api = user_client(e2e_cluster, USER)
     try:
         yield Kube(api, qps=0)
     finally:

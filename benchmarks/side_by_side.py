@@ -72,9 +72,9 @@ from localcluster.cluster import wait_for_default_service_account  # noqa: E402
 from localcluster.e2e import SA_USER, apply_base  # noqa: E402
 from localcluster.kubectl import kubectl  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
+from localcluster.rbacuse import WRITE_VERBS  # noqa: E402
 from render import names  # noqa: E402
 
-WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 SUBMIT_THREADS = 16
 QUIET_SECONDS = 5.0
 # Quiet this long while workers of finished jobs still run: counted, not awaited (upstream's per-key back-off

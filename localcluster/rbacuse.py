@@ -16,7 +16,11 @@ from typing import Any
 import attrs
 import yaml
 
-OPERATOR_USER = "system:serviceaccount:mpi-operator:mpi-operator"
+from localcluster.e2e import SA_USER
+
+OPERATOR_USER = SA_USER  # the identity the tiers run the operator under
+# The verbs that change objects, as API requests and audit records name them.
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 DECISION = "authorization.k8s.io/decision"  # the audit annotation: "allow" or "forbid"
 
 # Every request of the operator's ServiceAccount, reads included, without bodies.

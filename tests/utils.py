@@ -37,7 +37,7 @@ import yaml
 from localcluster.cluster import LocalCluster
 from localcluster.e2e import operator_runner
 from localcluster.operator import OperatorRunner
-from localcluster.rbacuse import Request, read_log
+from localcluster.rbacuse import WRITE_VERBS, Request, read_log
 from localcluster.wait import wait_for
 from reconcile.runtime.kube import Resource
 from render.timeutil import parse_time
@@ -45,7 +45,6 @@ from render.timeutil import parse_time
 REPO = Path(__file__).resolve().parents[1]
 CRDS_DIR = Path(__file__).resolve().parent / "crds"
 PODGROUP_CRD_FILES = sorted(CRDS_DIR.glob("*-podgroup.yaml"))
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 SKIP_ENV = "MPIJOB_SKIP_CLUSTER"
 # Set by .ci/run: CI runs every tier, so a skip request is an error and any skipped test fails the run.

@@ -26,7 +26,7 @@ from localcluster.cluster import AUDIT_POLICY, ClusterSpec, LocalCluster
 from localcluster.e2e import KNOB, SA_USER, apply_base, create_namespace
 from localcluster.jobs import minimal_job
 from localcluster.operator import OperatorRunner
-from localcluster.rbacuse import with_usage
+from localcluster.rbacuse import WRITE_VERBS, with_usage
 from localcluster.wait import wait_for
 from reconcile.engine.differ import controller_uid
 from reconcile.mpijob.kinds import MPIJOB
@@ -41,8 +41,6 @@ LEASE_FLAGS = (
 )
 UA = re.compile(r"^mpi-operator(/leader-election)? \((?P<id>[^)]+)\)")
 CHILD_PLURALS = ("pods", "services", "configmaps", "secrets", "jobs")
-# The log also holds the operator's reads (for the RBAC check); the invariants are about writes.
-WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 # An audit-like record made from an object's creationTimestamp (whole seconds), not from the audit log.
@@ -392,7 +390,11 @@ def lease_timeline(events: list[dict[str, Any]]) -> list[tuple[float, str]]:
     out = []
     for e in events:
         ref = e.get("objectRef") or {}
-        if ref.get("resource") != "leases" or ref.get("namespace") != LOCK_NS or e.get("verb") not in WRITES:
+        if (
+            ref.get("resource") != "leases"
+            or ref.get("namespace") != LOCK_NS
+            or e.get("verb") not in WRITE_VERBS
+        ):
             continue
         if (e.get("responseStatus") or {}).get("code") not in (200, 201):
             continue
@@ -412,11 +414,12 @@ def holder_at(timeline: list[tuple[float, str]], t: float) -> str:
 
 
 def operator_writes(events: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
-    """The operator's writes (not its Lease's) in ``namespace``, sent to the API server."""
+    """The operator's writes (not its Lease's) in ``namespace``, sent to the API server (the log holds its
+    reads too)."""
     out = []
     for e in events:
         who = identity_of(e)
-        if who is None or who[1] or e.get("verb") not in WRITES:
+        if who is None or who[1] or e.get("verb") not in WRITE_VERBS:
             continue
         if (e.get("objectRef") or {}).get("namespace") != namespace:
             continue

@@ -20,12 +20,20 @@ reached: ours/upstream of such a time is an upper bound, and the figures per job
 Upstream runs cluster-wide under its own ClusterRole (localcluster.upstream), ours under the
 mpi-operator ServiceAccount's RBAC (deploy/base-no-operator). Usage:
 
-    .venv/bin/python benchmarks/side_by_side.py --jobs 20 --workers 2
+    .venv/bin/python benchmarks/side_by_side.py --jobs 20 --workers 2 --repeat 1
     .venv/bin/python benchmarks/side_by_side.py --jobs 200 --workers 4 --save /tmp/side.json
-    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 50 --queue-qps 1000
-    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --upstream-only --timeout 2400 \
-        --save /tmp/up.json && .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 \
-        --upstream-from /tmp/up.json
+    .venv/bin/python benchmarks/side_by_side.py --jobs 1000 --workers 8 --qps 100 --queue-qps 1000
+
+Both run in one invocation, alternating (ours, upstream, ours, upstream, ... `--repeat N` of each), each on
+a fresh cluster; the table shows each side's median and its spread (lowest to highest), and ours/upstream
+of the medians. This machine's speed moves by a third from day to day, so only such runs compare.
+`--upstream-from FILE` takes upstream's runs from an earlier `--save` instead; the table then says that it
+compares across invocations and when the other runs were made.
+
+After each operator's run the operator is stopped and a plain client creates the same objects on the same
+cluster (scale_bench's pace: no client-side limit, as many concurrent requests as the submitter): the
+time until every launcher Job exists (the last child) over that pace is printed for each side, as how far
+each is from the API server's own limit (`--no-pace` skips it).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import collections
 import contextlib
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -62,6 +71,7 @@ from scale_bench import (  # noqa: E402
     grant_admin,
     mpijob,
     proc_stats,
+    run_pace,
     start_profiler,
     submit,
     user_client,
@@ -69,6 +79,7 @@ from scale_bench import (  # noqa: E402
 
 from localcluster import ClusterSpec, LocalCluster, upstream  # noqa: E402
 from localcluster.cluster import wait_for_default_service_account  # noqa: E402
+from localcluster.comparison import combine, order, progress, saved_runs, table  # noqa: E402
 from localcluster.e2e import SA_USER, apply_base  # noqa: E402
 from localcluster.kubectl import kubectl  # noqa: E402
 from localcluster.operator import OperatorRunner  # noqa: E402
@@ -80,25 +91,6 @@ QUIET_SECONDS = 5.0
 # Quiet this long while workers of finished jobs still run: counted, not awaited (upstream's per-key back-off
 # can hold the cleanup sync of a job that saw many events for up to 1000 s).
 LEFT_SECONDS = 60.0
-FIGURES = (
-    ("t_launchers", "time until every launcher Job exists (s)"),
-    ("t_done", "time until every MPIJob is Succeeded (s)"),
-    ("t_converged", "time until workers are gone, writes quiet (s)"),
-    ("writes_per_job", "writes per job (audit log)"),
-    ("cpu", "CPU seconds, submission to convergence"),
-    ("cpu_ms_per_job", "CPU ms per job"),
-    ("cpu_startup", "CPU seconds to start (not per job)"),
-    ("cpu_sys_share", "share of that CPU in the kernel"),
-    ("rss_mib", "peak RSS (MiB)"),
-    ("workers_left", "workers still Running 60 s after the last write"),
-)
-
-# Figures only ours reports, from its /metrics.
-OWN_FIGURES = (
-    ("syncs_per_job", "syncs per job"),
-    ("watch_events_per_job", "watch events per job"),
-    ("watch_kib_per_job", "watch KiB per job"),
-)
 
 
 def live_workers(core: client.CoreV1Api) -> int:
@@ -144,11 +136,14 @@ class AuditTail:
 
 
 def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One operator's run on a fresh cluster in ``work``: its figures, and the pace after it."""
     pods = args.jobs * (args.workers + 1)
-    nodes = max(2, math.ceil(pods / PODS_PER_NODE) + 1)
+    # room for the pace client's copies of the pods too
+    nodes = max(2, (1 + args.pace) * math.ceil(pods / PODS_PER_NODE) + 1)
     spec = ClusterSpec(tier="l2", nodes=nodes, audit=True)
-    cluster = LocalCluster(spec, work_dir=work / which, keep_work_dir=args.keep)
-    print(f"== {which}: fresh cluster with {nodes} kwok nodes; {cpu_probe()}", flush=True)
+    cluster = LocalCluster(spec, work_dir=work, keep_work_dir=args.keep)
+    probe = cpu_probe()
+    print(f"== {which} ({work.name}): fresh cluster with {nodes} kwok nodes; {probe}", flush=True)
     cluster.start()
     op: OperatorRunner | upstream.UpstreamOperator | None = None
     profiler: subprocess.Popen[bytes] | None = None
@@ -166,12 +161,12 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             rbac.write_text(yaml.safe_dump_all(upstream.rbac()))
             kubectl(cluster, "apply", "--server-side", "-f", str(rbac))
             op = upstream.UpstreamOperator(
-                cluster.write_user_kubeconfig(user), work / f"{which}.log", "", *args.pinned
+                cluster.write_user_kubeconfig(user), work.with_suffix(".log"), "", *args.pinned
             )
         else:
             user = SA_USER
             op = OperatorRunner(
-                cluster.write_user_kubeconfig(user), work / f"{which}.log", *args.pinned, log_format="json"
+                cluster.write_user_kubeconfig(user), work.with_suffix(".log"), *args.pinned, log_format="json"
             )
         op.start()
         if which == "ours" and args.profile:
@@ -238,6 +233,7 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         leases = sum(n for key, n in writes.items() if key.endswith(" leases"))
         total = sum(writes.values()) - leases
         figures = {
+            "machine": probe,
             "t_waited": time.monotonic() - began,
             "launchers_seen": len(launchers.seen),
             "succeeded_seen": len(status.succeeded),
@@ -255,6 +251,11 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "workers_left": left,
         }
         figures.update(own)
+        op.stop()
+        if args.pace:
+            figures["pace"] = run_pace(cluster, args, "pace")
+            if t_launchers is not None:
+                figures["launchers_over_pace"] = t_launchers / figures["pace"]
         print(f"   {which}: {json.dumps(figures)}", flush=True)
         return figures
     finally:
@@ -267,57 +268,24 @@ def run_one(which: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cluster.stop()
 
 
-def _shown(key: str, value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return f"{'-':>10}"
-    return f"{value:10.2f}" if key == "cpu_sys_share" else f"{value:10.1f}"
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None:
-        return "n/a (timed out)"
-    return f"{a / b:.2f}" if b else "n/a"
-
-
-TIMES = ("t_launchers", "t_done", "t_converged")
-
-
-def row(key: str, ours: dict[str, Any], up: dict[str, Any]) -> tuple[str, str, str]:
-    """(upstream, ours, ratio) as shown. A side that timed out shows its times as "> the time waited"
-    (how far it got is printed below the table), the ratio of such a time is an upper bound, and its other
-    figures, which cover part of the jobs, are not compared."""
-    shown = []
-    for side in (up, ours):
-        value = side.get(key)
-        if value is None and key in TIMES and side.get("t_waited") is not None:
-            shown.append(f"{'> ' + format(side['t_waited'], '.1f'):>10}")
-        else:
-            shown.append(_shown(key, value))
-    a, b = ours.get(key), up.get(key)
-    if key not in ours or key not in up:  # a figure added since an --upstream-from file was saved
-        return shown[0], shown[1], "-"
-    if key in TIMES and a is not None and b is None and up.get("t_waited"):
-        return shown[0], shown[1], f"< {a / up['t_waited']:.2f}"
-    if key not in TIMES and (ours.get("t_done") is None or up.get("t_done") is None):
-        return shown[0], shown[1], "n/a (timed out)"
-    return shown[0], shown[1], ratio(a, b)
-
-
-def progress(which: str, figures: dict[str, Any], jobs: int) -> str | None:
-    if figures.get("t_done") is not None or figures.get("t_waited") is None:
-        return None
-    return (
-        f"{which} timed out after {figures['t_waited']:.0f} s: {figures['launchers_seen']} of {jobs} launcher"
-        f" Jobs, {figures['succeeded_seen']} of {jobs} MPIJobs Succeeded"
-    )
+def git_commit() -> str:
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    return "unknown"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all jobs, per side")
-    parser.add_argument("--save", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="runs of each operator, alternating (default 2)"
+    )
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all jobs, per run")
+    parser.add_argument("--save", type=Path, help="write every run's figures and the medians as JSON here")
+    parser.add_argument("--no-pace", dest="pace", action="store_false", help="skip the API server's pace")
     parser.add_argument(
         "--qps", type=float, default=0, help="pin both operators' client to this many requests per second"
     )
@@ -334,8 +302,8 @@ def main() -> int:
     parser.add_argument(
         "--upstream-from",
         type=Path,
-        help="take upstream's figures from an earlier --save of the same size and flags instead of running "
-        "it again (upstream's side takes most of the time at the defaults); only ours runs",
+        help="take upstream's runs from an earlier --save of the same size and flags instead of running it "
+        "(another invocation: the table says so); only ours runs",
     )
     parser.add_argument(
         "--upstream-only",
@@ -348,9 +316,12 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="write py-spy's samples of our operator's threads holding the GIL here (raw; needs py-spy)",
+        help="write py-spy's samples of our operator's threads holding the GIL here (raw; needs py-spy; the "
+        "last run of ours)",
     )
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if args.qps < 0 or (args.qps and args.burst < 0):
         parser.error("--qps and --burst must not be negative")
     if args.qps and not args.burst:
@@ -359,6 +330,7 @@ def main() -> int:
         parser.error("--queue-qps must not be negative")
     if args.upstream_only and args.upstream_from is not None:
         parser.error("--upstream-only runs upstream: not with --upstream-from")
+    args.pace_threads = SUBMIT_THREADS  # the pace client as concurrent as the submitter
     # The same flags for both operators (upstream's names, which ours shares).
     args.pinned = [f"--kube-api-qps={args.qps:g}", f"--kube-api-burst={args.burst}"] if args.qps else []
     if args.queue_qps:
@@ -369,53 +341,54 @@ def main() -> int:
         ]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    pinned = f" (both pinned: {' '.join(args.pinned)})" if args.pinned else ""
-    print(
-        f"== {args.jobs} MPIJobs x {args.workers} workers through each operator{pinned}; logs in {work}",
-        flush=True,
-    )
     result: dict[str, Any] = {
         "jobs": args.jobs,
         "workers": args.workers,
         "qps": args.qps,
         "burst": args.burst,
         "queue_qps": args.queue_qps,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_commit(),
+        "load_before": os.getloadavg()[0],
+        "runs": {"ours": [], "upstream": []},
     }
     if args.upstream_from is not None:
-        earlier = json.loads(args.upstream_from.read_text())
-        same = ("jobs", "workers", "qps", "burst", "queue_qps")
-        if any(earlier.get(k) != result[k] for k in same):
-            parser.error(f"--upstream-from {args.upstream_from}: not a run of the same {', '.join(same)}")
-        result["upstream"] = earlier["upstream"]
-        print(f"upstream: the figures saved in {args.upstream_from}", flush=True)
-    else:
-        result["upstream"] = run_one("upstream", args, work)
-    if args.upstream_only:
+        try:
+            result["runs"]["upstream"], result["upstream_date"] = saved_runs(args.upstream_from, result)
+        except ValueError as e:
+            parser.error(str(e))
+        result["upstream_from"] = str(args.upstream_from)
+    runs = order(args.repeat, ours=not args.upstream_only, upstream=args.upstream_from is None)
+    pinned = f" (both pinned: {' '.join(args.pinned)})" if args.pinned else ""
+    print(
+        f"== {args.jobs} MPIJobs x {args.workers} workers, runs in this order: {', '.join(runs)}{pinned}; "
+        f"at {result['commit']}, load average {result['load_before']:.1f}; logs in {work}",
+        flush=True,
+    )
+
+    def save() -> None:
         if args.save:
-            args.save.write_text(json.dumps(result, indent=1))
+            with contextlib.suppress(OSError):
+                args.save.write_text(json.dumps(result, indent=1))
+
+    profile = args.profile
+    for i, which in enumerate(runs):
+        # py-spy samples only the last run of ours
+        args.profile = profile if which == "ours" and which not in runs[i + 1 :] else None
+        result["runs"][which].append(run_one(which, args, work / f"{i + 1}-{which}"))
+        save()  # a run cut short keeps the runs made
+    result["ours"], result["upstream"] = combine(result["runs"]["ours"]), combine(result["runs"]["upstream"])
+    save()
+    if args.upstream_only:
         line = progress("upstream", result["upstream"], args.jobs)
         if line:
             print(line)
-        return 0 if result["upstream"]["t_done"] is not None else 1
-    result["ours"] = run_one("ours", args, work)
-    up, ours = result["upstream"], result["ours"]
-    print(f"\n{'':44} {'upstream':>10} {'ours':>10} {'ours/upstream':>14}")
-    for key, label in FIGURES:
-        b, a, shown = row(key, ours, up)
-        print(f"{label:44} {b} {a} {shown:>14}")
-    for key, label in OWN_FIGURES:
-        if key in ours:
-            print(f"{label + ' (ours)':44} {'':>10} {ours[key]:10.1f}")
-    for which in ("upstream", "ours"):
-        line = progress(which, result[which], args.jobs)
-        if line:
-            print(line)
-    for which in ("upstream", "ours"):
-        print(f"{which} writes: {result[which]['writes']}, and {result[which]['lease_writes']} Lease writes")
-    if args.save:
-        with contextlib.suppress(OSError):
-            args.save.write_text(json.dumps(result, indent=1))
-    return 0 if up["t_converged"] is not None and ours["t_converged"] is not None else 1
+        return 0 if result["upstream"].get("t_done") is not None else 1
+    print()
+    for line in table(result):
+        print(line)
+    converged = [r.get("t_converged") for side in result["runs"].values() for r in side]
+    return 0 if all(t is not None for t in converged) else 1
 
 
 if __name__ == "__main__":

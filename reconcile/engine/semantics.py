@@ -11,8 +11,8 @@ describes exactly the drift. The rules:
   because the API server drops them;
 * lists follow their merge type (``semantics_lists``): list-maps by key and in any order, sets as sets,
   atomic lists whole and in order (items compared as subsets, as the server may default inside them);
-* quantities compare by value (``1000m == 1``, ``1Gi == 1073741824``, ``0.5 == 500m``), parsed with the
-  official client's ``kubernetes.utils.parse_quantity``;
+* quantities compare by value (``1000m == 1``, ``1Gi == 1073741824``, ``0.5 == 500m``), parsed by
+  apimachinery's grammar (``quantity``);
 * numbers compare by value across int/float (``420 == 420.0``: JSON has one number type), but never
   across types otherwise: ``True != 1`` and an int-or-string ``8080 != "8080"`` (the API keeps both).
 """
@@ -26,8 +26,8 @@ from decimal import Decimal
 from typing import Any, Final
 
 import orjson
-from kubernetes.utils import parse_quantity
 
+from reconcile.engine.quantity import parse_quantity
 from reconcile.engine.semantics_lists import item_key, list_type
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import jsonpatch
 import yaml
-from kubernetes.config import ConfigException
 
 import render
 from reconcile.mpijob.decide import Action, decide
@@ -39,6 +38,7 @@ from reconcile.mpijob.render_command import (
 )
 from reconcile.mpijob.workloadapi import served_workload_api
 from reconcile.runtime.kube import ApiError, Kube, api_client
+from reconcile.runtime.kubeconfig import ConfigError, context_namespace
 from render import names
 
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
         return EXIT_INVALID
     try:
         client = api_client(args.kubeconfig, "")
-        default_ns = args.namespace or _context_namespace(args.kubeconfig) or "default"
+        default_ns = args.namespace or context_namespace(args.kubeconfig) or "default"
         kube = Kube(client, qps=0)
         config = render.Config(
             cluster_domain=args.cluster_domain,
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None, prog: str = "mpijob plan") -> int:
     except ApiError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID if err.status == 404 else EXIT_FAILED
-    except ConfigException as err:  # no or a broken kubeconfig
+    except ConfigError as err:  # no or a broken kubeconfig
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except Exception as err:  # the API server unreachable, or a bug of ours
@@ -182,16 +182,6 @@ def _output(reports: list[dict[str, Any]], fmt: str) -> str:
         doc: object = reports[0] if len(reports) == 1 else reports
         return json.dumps(doc, indent=4, ensure_ascii=False) + "\n"
     return yaml.safe_dump_all(reports, sort_keys=False, width=120)
-
-
-def _context_namespace(kubeconfig: str) -> str:
-    from kubernetes import config as kubeconfig_module
-
-    try:
-        _, current = kubeconfig_module.list_kube_config_contexts(config_file=kubeconfig or None)
-    except Exception:
-        return ""
-    return str((current or {}).get("context", {}).get("namespace") or "")
 
 
 if __name__ == "__main__":

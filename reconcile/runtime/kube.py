@@ -4,13 +4,11 @@ Objects stay plain dicts (raw bytes, orjson), never the client's typed models, w
 memory and drop unknown fields.
 
 Every request (reads, lists, writes, watches) goes through ``wire``: HTTP/1.1 framed by hand on kept-alive
-connections of the urllib3 pool the ``ApiClient``'s pool manager holds for the API server. What
-``kubernetes.config`` loaded into the client's ``Configuration`` sets it up: the server's URL, the CA,
-the client certificate and key, the TLS verify flag, and the proxy (an HTTPS server behind one through a
-CONNECT tunnel, a plain-HTTP one through the proxy's forwarding). The bearer token comes from the
-``Configuration``'s auth settings on every request, so its refresh hook keeps it current. Nothing goes
-through the ``ApiClient``'s own request path, whose body copy (``sanitize_for_serialization``),
-``json.dumps``, URL parse and pool lookup cost a quarter of the client's CPU per write.
+connections of the urllib3 pool the ``Endpoint``'s pool manager holds for the API server
+(``kubeconfig``: the server's URL, the CA, the client certificate and key, the TLS verify flag, and the
+proxy: an HTTPS server behind one through a CONNECT tunnel, a plain-HTTP one through the proxy's
+forwarding). The ``Authorization`` header is asked of the endpoint on every request, so a rotated or
+renewed token is sent as soon as it is read.
 
 Every request passes one ``AdaptiveLimiter`` (no fixed limit by default, or
 ``--kube-api-qps``/``--kube-api-burst``; it backs off on 429/``Retry-After`` and rising latency), a 429 is
@@ -23,7 +21,6 @@ request is reported to ``on_request(verb, kind, code)`` (the operator's request 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -31,11 +28,10 @@ from urllib.parse import quote
 
 import attrs
 import orjson
-from kubernetes import config as kubeconfig
-from kubernetes.client import ApiClient, Configuration
-from kubernetes.client.exceptions import ApiException
 
+from reconcile.runtime import kubeconfig
 from reconcile.runtime.fence import Fence, NotLeader
+from reconcile.runtime.kubeconfig import ApiClientLike, Endpoint
 from reconcile.runtime.ratelimit import AdaptiveLimiter, retry_after_seconds
 from reconcile.runtime.wire import Answer, Connections, Stream, server_url
 
@@ -132,11 +128,12 @@ def resource_for(obj_or_api_version: Mapping[str, Any] | str, kind: str | None =
         raise KeyError(f"unknown resource {api_version} {kind}") from None
 
 
-class ApiError(ApiException):
+class ApiError(Exception):
     """A non-2xx answer, with the Status object decoded when the server sent one."""
 
     def __init__(self, status: int, reason: str, body: str) -> None:
-        super().__init__(status=status, reason=reason, body=body)
+        super().__init__(status, reason, body)
+        self.status, self.reason, self.body = status, reason, body
         try:
             decoded = json.loads(body) if body else {}
         except ValueError:
@@ -188,7 +185,7 @@ def classify_path(method: str, path: str, watch: bool = False) -> tuple[str, str
 class Kube:
     def __init__(
         self,
-        api_client: ApiClient,
+        endpoint: Endpoint | ApiClientLike,
         *,
         qps: float = 0,
         burst: int = 10,
@@ -196,17 +193,21 @@ class Kube:
         user_agent: str = "kube-runtime (python)",
         fence: Fence | None = None,
     ) -> None:
-        """``api_client``: its ``Configuration`` and pool manager (TLS, proxy) set up the connections; a
+        """``endpoint`` (or a ``kubernetes`` ``ApiClient``, as tests build them) sets up the connections; a
         server URL that is not http(s) raises ``ValueError`` here. ``qps`` > 0 pins a fixed limit (a token
         bucket with ``burst``); 0 leaves the pace to the server, whose 429s and latency the limiter
         follows."""
-        self.api_client = api_client
+        # the ApiClient it was built from, if any: tests and tools make typed calls with it
+        self.api_client = None if isinstance(endpoint, Endpoint) else endpoint
+        if not isinstance(endpoint, Endpoint):
+            endpoint = Endpoint.of(endpoint)
+        self.endpoint = endpoint
         self.limiter = AdaptiveLimiter(qps if qps > 0 else None, burst)
         self._on_request = on_request
         self.fence = fence
-        self._configuration = api_client.configuration
+        self._authorization = endpoint.authorization
         self._accept = {"Accept": "application/json", "User-Agent": user_agent}
-        self._wire = Connections.to(api_client.rest_client.pool_manager, self._configuration.host)
+        self._wire = Connections.to(endpoint.pool, endpoint.host)
 
     # -- throttle and count every request ----------------------------------------------------------
     def _throttled(self, method: str, verb: str, kind: str, send: Callable[[], _Answer]) -> _Answer:
@@ -250,10 +251,10 @@ class Kube:
         headers = dict(self._accept)
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        # asked on every request: the refresh hook kubernetes.config sets renews an expiring token here
-        auth = self._configuration.auth_settings().get("BearerToken")
-        if auth and auth["value"]:
-            headers[auth["key"]] = auth["value"]
+        # asked on every request: an expiring token is renewed, a rotated one read again, here
+        auth = self._authorization()
+        if auth:
+            headers["Authorization"] = auth
         return headers
 
     def _target(self, path: str, query: Mapping[str, Any] | None) -> str:
@@ -394,19 +395,13 @@ def _query_value(value: Any) -> str:
 
 
 def is_status(err: BaseException, *codes: int) -> bool:
-    return isinstance(err, ApiException) and err.status in codes
+    """An API error (ours, or the ``kubernetes`` client's a test or tool raised) with one of ``codes``."""
+    status = getattr(err, "status", None)
+    return isinstance(status, int) and status in codes
 
 
-def api_client(kubeconfig_path: str, master: str) -> ApiClient:
-    cfg = Configuration()
-    path = kubeconfig_path or os.environ.get("KUBECONFIG", "")
-    if path:
-        kubeconfig.load_kube_config(config_file=path, client_configuration=cfg)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubeconfig.load_incluster_config(client_configuration=cfg)
-    else:
-        kubeconfig.load_kube_config(client_configuration=cfg)
-    if master:
-        cfg.host = master
-    server_url(cfg.host)  # a URL the wire layer cannot reach fails here, at start
-    return ApiClient(cfg)
+def api_client(kubeconfig_path: str, master: str) -> Endpoint:
+    """The endpoint ``kubeconfig.load`` finds; a URL the wire layer cannot reach fails here, at start."""
+    endpoint = kubeconfig.load(kubeconfig_path, master)
+    server_url(endpoint.host)
+    return endpoint

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.loopback import ApiServer
+from tests.unit.loopback import ApiServer, Pki
 from tests.utils import CI_ENV
 
 # What scripts/setup builds or fetches from the Go module proxy, by the name it is started by.
@@ -65,5 +65,17 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 def server() -> Iterator[ApiServer]:
     """A loopback API server that records each request as it arrives (a module may define its own)."""
     s = ApiServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path)
+
+
+@pytest.fixture
+def tls_server(pki: Pki) -> Iterator[ApiServer]:
+    s = ApiServer(tls=pki.server_context())
     yield s
     s.close()

@@ -189,13 +189,24 @@ def engine_imports(source: str) -> set[str]:
 
 
 def test_the_engine_reaches_no_client_or_transport() -> None:
-    """The engine's Writer raises its own errors: nothing of the kubernetes client or urllib3 but the
-    official quantity parser (kubernetes.utils), which the semantics compare quantities with."""
+    """The engine's Writer raises its own errors, and its quantities are its own: nothing of the
+    kubernetes client or urllib3."""
     imported = set().union(
         *(engine_imports(p.read_text(encoding="utf-8")) for p in (REPO / "reconcile" / "engine").glob("*.py"))
     )
     outside = {m for m in imported if m.split(".")[0] in ("kubernetes", "urllib3")}
-    assert outside == {"kubernetes.utils"}
+    assert outside == set()
     assert engine_imports("from kubernetes.client.exceptions import ApiException") == {
         "kubernetes.client.exceptions"
     }
+
+
+def test_the_operator_process_loads_no_kubernetes_package() -> None:
+    """Any part of the ``kubernetes`` package imports its generated client and models (about 30 MiB):
+    the operator's process and its CLIs load none of it."""
+    probe = (
+        "import sys, reconcile.main, reconcile.cli, reconcile.mpijob.plan_command; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'pydantic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -106,6 +106,7 @@ NOT_NARROWING = {
     "MPIJOB_SKIP_CLUSTER": "a skip request: refused under CI by its own check",
     "MPIJOB_MPI_CACHE": "where the real-MPI tier caches its build",
     "PATH": "where programs are found",
+    "KUBERNETES_EXEC_INFO": "what the kubeconfig loader hands a test's exec plugin, read by that plugin",
 }
 
 

@@ -1,35 +1,19 @@
 """L0: every request of ``Kube`` goes through the wire layer to a loopback API server, set up from what
-``kubernetes.config`` loads (TLS, client certificate, token and its refresh, proxy), through the limiter,
+the kubeconfig loader finds (TLS, client certificate, token and its refresh, proxy), through the limiter,
 the fence, the request metric and the 429 retry."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import ssl
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
-from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from reconcile.runtime.fence import Fence, NotLeader
 from reconcile.runtime.kube import POD, ApiError, Kube, api_client
 from tests.unit.loopback import ApiServer, ConnectProxy, Pki, client
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return Pki(tmp_path)
-
-
-@pytest.fixture
-def tls_server(pki: Pki) -> Iterator[ApiServer]:
-    s = ApiServer(tls=pki.server_context())
-    yield s
-    s.close()
 
 
 def never_through_rest(api: ApiClient) -> ApiClient:
@@ -134,7 +118,7 @@ def test_a_watch_the_server_refuses_raises_its_status(server: ApiServer) -> None
     assert err.value.status == 410 and err.value.message == "too old"
 
 
-# -- set up from what kubernetes.config loads ----------------------------------------------------------
+# -- set up from a kubeconfig ----------------------------------------------------------
 def test_a_kubeconfig_s_ca_and_client_certificate(pki: Pki, tls_server: ApiServer) -> None:
     kube = Kube(api_client(str(pki.kubeconfig(tls_server.url)), ""))
     kube.get(POD, "ns", "p")
@@ -164,28 +148,6 @@ def test_a_token_is_asked_for_on_every_request_so_its_refresh_hook_renews_it(ser
     kube.get(POD, "ns", "p")
     list(kube.stream_lines(POD.path(None), {"watch": True}, (1, 5)))
     assert [s["headers"]["authorization"] for s in server.seen] == ["Bearer t1", "Bearer t2"]
-
-
-def test_in_cluster_the_service_account_token_is_read_again(tmp_path: Path, pki: Pki) -> None:
-    server = ApiServer(tls=pki.server_context(require_client_cert=False))
-    try:
-        token = tmp_path / "token"
-        token.write_text("one")
-        loader = InClusterConfigLoader(
-            token_filename=str(token),
-            cert_filename=str(pki.ca_file),
-            environ={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(server.port)},
-        )
-        loader._token_refresh_period = datetime.timedelta(0)  # a rotated token is read at once
-        cfg = Configuration()
-        loader.load_and_set(cfg)
-        kube = Kube(ApiClient(cfg))
-        kube.get(POD, "ns", "p")
-        token.write_text("two")
-        kube.get(POD, "ns", "p")
-        assert [s["headers"]["authorization"] for s in server.seen] == ["bearer one", "bearer two"]
-    finally:
-        server.close()
 
 
 # -- proxies ---------------------------------------------------------------------------------------------

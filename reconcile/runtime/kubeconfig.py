@@ -9,7 +9,8 @@ its start, for a loader the operator needs once. What it reads:
   the first ``current-context`` too), else the ServiceAccount in a pod (``$KUBERNETES_SERVICE_HOST``),
   else ``~/.kube/config``;
 - a cluster's ``server``, ``certificate-authority(-data)``, ``insecure-skip-tls-verify``, ``proxy-url``
-  and ``tls-server-name``; a user's ``token``, ``tokenFile``, ``client-certificate(-data)``,
+  (else ``$HTTPS_PROXY``/``$HTTP_PROXY`` unless ``$NO_PROXY`` names the host, a suffix or a CIDR) and
+  ``tls-server-name``; a user's ``token``, ``tokenFile``, ``client-certificate(-data)``,
   ``client-key(-data)``, ``username``/``password`` and ``exec`` credential plugins (a token, renewed
   when it expires, or a client certificate); relative paths from the file's own directory.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import atexit
 import base64
 import datetime
+import ipaddress
 import json
 import os
 import shutil
@@ -31,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.request import getproxies
 
 import attrs
 import urllib3
@@ -79,11 +82,11 @@ def load(kubeconfig: str = "", master: str = "", environ: Mapping[str, str] | No
     env = os.environ if environ is None else environ
     paths = kubeconfig or env.get("KUBECONFIG", "")
     if paths:
-        endpoint = from_kubeconfig([Path(p) for p in paths.split(os.pathsep) if p])
+        endpoint = from_kubeconfig([Path(p) for p in paths.split(os.pathsep) if p], env)
     elif env.get("KUBERNETES_SERVICE_HOST"):
         endpoint = in_cluster(env)
     else:
-        endpoint = from_kubeconfig([Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"])
+        endpoint = from_kubeconfig([Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"], env)
     return attrs.evolve(endpoint, host=master) if master else endpoint
 
 
@@ -111,7 +114,9 @@ def in_cluster(
         if not f.is_file():
             raise ConfigError(f"in a pod: {f} is missing (is a ServiceAccount token mounted?)")
     host = f"[{host}]" if ":" in host else host
-    return Endpoint(f"https://{host}:{port}", pool_manager(ca_file=str(ca)), TokenFile(token, reread))
+    server = f"https://{host}:{port}"
+    pool = pool_manager(ca_file=str(ca), proxy=env_proxy(server, environ))
+    return Endpoint(server, pool, TokenFile(token, reread))
 
 
 class TokenFile:
@@ -135,7 +140,7 @@ class TokenFile:
 
 
 # -- a kubeconfig --------------------------------------------------------------------------------------
-def from_kubeconfig(paths: list[Path]) -> Endpoint:
+def from_kubeconfig(paths: list[Path], environ: Mapping[str, str] | None = None) -> Endpoint:
     merged = _merge(paths)
     where = ", ".join(map(str, paths))
     current = merged["current-context"]
@@ -176,7 +181,7 @@ def from_kubeconfig(paths: list[Path]) -> Endpoint:
         verify=not cluster.get("insecure-skip-tls-verify", False),
         cert_file=cert_file,
         key_file=key_file,
-        proxy=str(cluster.get("proxy-url") or ""),
+        proxy=str(cluster.get("proxy-url") or "") or env_proxy(server, environ),
         server_name=str(cluster.get("tls-server-name") or ""),
     )
     return Endpoint(server, pool, authorization)
@@ -332,6 +337,43 @@ class ExecPlugin:
 
 
 # -- connections ---------------------------------------------------------------------------------------
+def env_proxy(server: str, environ: Mapping[str, str] | None = None) -> str:
+    """The proxy the environment names for ``server`` (``HTTPS_PROXY`` or ``HTTP_PROXY``, either case),
+    "" when there is none or ``NO_PROXY`` names its host, a domain it is in, or a CIDR it is in."""
+    proxies = {
+        k.lower().removesuffix("_proxy"): v
+        for k, v in (environ or {}).items()
+        if k.lower().endswith("_proxy")
+    }
+    if environ is None:
+        proxies = getproxies()
+    url = urllib3.util.parse_url(server)
+    proxy = proxies.get(url.scheme or "http", "")
+    if not proxy or not url.host:
+        return ""
+    host = url.host.strip("[]").lower()
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (e.strip().lower() for e in proxies.get("no", "").split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return ""
+        if address is not None and "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return ""
+            except ValueError:
+                pass
+            continue
+        name = entry.lstrip(".").rsplit(":", 1)[0] if entry.count(":") == 1 else entry.lstrip(".")
+        if host == name or host.endswith("." + name):
+            return ""
+    return proxy
+
+
 def pool_manager(
     *,
     ca_file: str | None = None,

@@ -4,7 +4,7 @@
   informer and event threads the arenas' free space is RSS no one uses. Two arenas are enough: the
   threads mostly wait on the network. (Python's own allocator serves objects under 512 bytes; dicts,
   lists and strings of cached objects above that come from malloc.)
-* the imports (kubernetes, pydantic, cryptography, ~700 modules) are frozen out of the garbage
+* the imports (cryptography, urllib3, prometheus_client, ~430 modules) are frozen out of the garbage
   collector's generations, so full collections do not walk them again and again.
 """
 

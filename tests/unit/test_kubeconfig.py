@@ -19,7 +19,7 @@ import yaml
 from reconcile.runtime import kubeconfig
 from reconcile.runtime.kube import POD, Kube, api_client
 from reconcile.runtime.kubeconfig import ConfigError, context_namespace, in_cluster, load
-from tests.unit.loopback import ApiServer, Pki
+from tests.unit.loopback import ApiServer, ConnectProxy, Pki
 
 
 def write(
@@ -235,3 +235,47 @@ def test_an_ipv6_service_host_is_bracketed(tmp_path: Path, pki: Pki) -> None:
     (tmp_path / "ca.crt").write_bytes(pki.ca.cert_pem)
     env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
     assert in_cluster(env, tmp_path).host == "https://[fd00::1]:443"
+
+
+# -- proxies from the environment ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("server", "no_proxy", "through"),
+    [
+        ("https://k8s.test:6443", "", True),
+        ("https://k8s.test:6443", "k8s.test", False),
+        ("https://api.k8s.test:6443", ".k8s.test", False),
+        ("https://api.k8s.test:6443", "other.test,k8s.test:6443", False),
+        ("https://10.96.0.1:443", "10.96.0.0/12", False),
+        ("https://[fd00::1]:443", "fd00::/8", False),
+        ("https://10.97.0.1:443", "10.96.0.0/16", True),
+        ("https://k8s.test:6443", "*", False),
+        ("https://notk8s.test:6443", "k8s.test", True),
+    ],
+)
+def test_the_environment_s_proxy_unless_no_proxy_names_the_server(
+    server: str, no_proxy: str, through: bool
+) -> None:
+    env = {"HTTPS_PROXY": "http://proxy.test:3128", "NO_PROXY": no_proxy}
+    assert kubeconfig.env_proxy(server, env) == ("http://proxy.test:3128" if through else "")
+
+
+def test_the_lower_case_proxy_variable_wins_and_plain_http_takes_http_proxy() -> None:
+    env = {"HTTPS_PROXY": "http://upper:1", "https_proxy": "http://lower:1", "HTTP_PROXY": "http://plain:1"}
+    assert kubeconfig.env_proxy("https://k8s.test", env) == "http://lower:1"
+    assert kubeconfig.env_proxy("http://k8s.test", env) == "http://plain:1"
+
+
+def test_a_kubeconfig_s_proxy_url_wins_over_the_environment(
+    tmp_path: Path, pki: Pki, tls_server: ApiServer
+) -> None:
+    proxy = ConnectProxy()
+    try:
+        path = pki.kubeconfig(tls_server.url)
+        Kube(load(str(path), environ={"HTTPS_PROXY": proxy.url})).get(POD, "ns", "p")
+        assert len(proxy.connects) == 1  # the environment's proxy, tunnelled
+        proxy.connects.clear()
+        Kube(load(str(path), environ={"HTTPS_PROXY": proxy.url, "NO_PROXY": "127.0.0.1"})).get(POD, "ns", "p")
+        assert proxy.connects == []
+        assert len(tls_server.seen) == 2
+    finally:
+        proxy.close()

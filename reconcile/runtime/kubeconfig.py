@@ -166,7 +166,7 @@ def from_kubeconfig(paths: list[Path], environ: Mapping[str, str] | None = None)
         token = str(user["token"])
         authorization = lambda: f"Bearer {token}"  # noqa: E731
     elif user.get("tokenFile"):
-        authorization = TokenFile(files.user_path(str(user["tokenFile"])))
+        authorization = TokenFile(_existing(files.user_path(str(user["tokenFile"])), f"{user_at}.tokenFile"))
     elif user.get("username"):
         basic = urllib3.util.make_headers(basic_auth=f"{user['username']}:{user.get('password', '')}")
         authorization = lambda: basic["authorization"]  # noqa: E731

@@ -94,6 +94,7 @@ def test_the_current_context_s_namespace(tmp_path: Path) -> None:
         ),
         ({}, {"certificate-authority": "ca.crt"}, {}, "clusters[c].cluster.certificate-authority: no file"),
         ({"auth-provider": {"name": "gcp"}}, {}, {}, "exec credential plugin"),
+        ({"tokenFile": "gone"}, {}, {}, "users[u].user.tokenFile: no file"),
         ({}, {}, {"current-context": "other"}, "no context named 'other'"),
         ({}, {}, {"current-context": ""}, "no current-context"),
     ],

@@ -100,7 +100,11 @@ class Controller:
         )
         # Nodes that are not Ready are named on the jobs whose pods they hold (render/nodes.py).
         self.nodes = self._informer(NODE, None) if watch_nodes else None
-        self.loop.watch(self.mpijobs, lambda old, new: [key_of(o) for o in (new or old,) if o is not None])
+        self.loop.watch(
+            self.mpijobs,
+            lambda old, new: [key_of(o) for o in (new or old,) if o is not None],
+            new_at_once=True,
+        )
         self.keys = JobKeys(self.mpijobs.store, self.children[JOB].store, self.children[POD].store)
         for inf in self.children.values():
             self.loop.watch(inf, self.keys.of_child)

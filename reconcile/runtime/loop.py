@@ -75,14 +75,17 @@ class Loop:
         self._stopped = threading.Event()
         self._started = threading.Event()
 
-    def watch(self, informer: Informer, keys: KeyMapper) -> None:
-        """Reconcile the keys ``keys`` maps each event of ``informer`` to."""
+    def watch(self, informer: Informer, keys: KeyMapper, *, new_at_once: bool = False) -> None:
+        """Reconcile the keys ``keys`` maps each event of ``informer`` to. ``new_at_once``: an object the
+        cache did not hold is synced without waiting for the rest of a burst (a new primary object has
+        none: its children's events come after its first sync)."""
         if informer not in self.informers:
             self.informers.append(informer)
 
         def handler(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            batch = 0.0 if new_at_once and old is None and new is not None else self.event_batch
             for key in keys(old, new):
-                self.queue.add_event(key, self.event_batch)
+                self.queue.add_event(key, batch)
 
         informer.add_handler(handler)
 

@@ -83,3 +83,33 @@ def test_a_success_forgets_the_back_off_and_schedules_the_wake_up(wait):
         assert len(loop.queue) == 0
     else:
         assert loop.queue.get(timeout=1) == "ns/a"
+
+
+class Handlers:
+    """An informer as the loop sees it: the handlers it is given."""
+
+    def __init__(self) -> None:
+        self.handlers: list = []
+
+    def add_handler(self, handler) -> None:
+        self.handlers.append(handler)
+
+    def deliver(self, event, old, new) -> None:
+        for handler in self.handlers:
+            handler(event, old, new)
+
+
+@pytest.mark.parametrize("new_at_once", [True, False])
+def test_a_new_object_is_synced_at_once_and_the_rest_of_a_burst_waits(new_at_once):
+    loop = Loop(Script(), controller_rate_limiter(0, 0), event_batch=30.0)
+    informer = Handlers()
+    loop.watch(informer, lambda old, new: [(new or old)["name"]], new_at_once=new_at_once)  # type: ignore[arg-type]
+    informer.deliver("ADDED", None, {"name": "new"})
+    informer.deliver("MODIFIED", {"name": "changed"}, {"name": "changed"})
+    informer.deliver("DELETED", {"name": "gone"}, None)
+    assert set(loop.queue.waiting()) == ({"changed", "gone"} if new_at_once else {"new", "changed", "gone"})
+    if new_at_once:
+        assert loop.queue.get(timeout=1) == "new"
+    else:
+        with pytest.raises(TimeoutError):
+            loop.queue.get(timeout=0.05)

@@ -19,7 +19,6 @@ from typing import Any
 
 import attrs
 import urllib3
-from kubernetes.client import ApiException
 
 from localcluster import pki
 from localcluster.cluster import AUDIT_POLICY, ClusterSpec, LocalCluster
@@ -202,7 +201,7 @@ class StatusRecorder:
             while not self._stop.is_set():
                 try:
                     self._watch()
-                except (ApiException, OSError, urllib3.exceptions.HTTPError, json.JSONDecodeError):
+                except (ApiError, OSError, urllib3.exceptions.HTTPError, json.JSONDecodeError):
                     self.reconnects += 1  # a cut line or connection: the watch starts again
                     self._stop.wait(0.5)
         except Exception:

@@ -394,12 +394,6 @@ def _query_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def is_status(err: BaseException, *codes: int) -> bool:
-    """An API error (ours, or the ``kubernetes`` client's a test or tool raised) with one of ``codes``."""
-    status = getattr(err, "status", None)
-    return isinstance(status, int) and status in codes
-
-
 def api_client(kubeconfig_path: str, master: str) -> Endpoint:
     """The endpoint ``kubeconfig.load`` finds; a URL the wire layer cannot reach fails here, at start."""
     endpoint = kubeconfig.load(kubeconfig_path, master)

@@ -64,7 +64,9 @@ def _quantity(value: Any) -> Decimal | None:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return None
     try:
-        return parse_quantity(value)
+        # str() first: Decimal(0.1) would carry the binary float error into the comparison.
+        quantity: Decimal = parse_quantity(str(value) if isinstance(value, float) else value)
+        return quantity
     except ValueError:
         return None
 

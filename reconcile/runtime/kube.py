@@ -15,7 +15,8 @@ Every request passes one ``AdaptiveLimiter`` (no fixed limit by default, or
 retried after its ``Retry-After`` (as client-go does: APF refused it before any handler ran), and every
 request is reported to ``on_request(verb, kind, code)`` (the operator's request metric). Given a
 ``Fence``, every write (anything but GET) passes it first: one the fence refuses is never sent (raises
-``NotLeader``, counted with code ``fenced``).
+``NotLeader``, counted with code ``fenced``), and one it lets out is given up on (its connection reset)
+when the time the fence gives it has passed, before a standby may lead.
 """
 
 from __future__ import annotations
@@ -210,9 +211,12 @@ class Kube:
         self._wire = Connections.to(endpoint.pool, endpoint.host)
 
     # -- throttle and count every request ----------------------------------------------------------
-    def _throttled(self, method: str, verb: str, kind: str, send: Callable[[], _Answer]) -> _Answer:
+    def _throttled(
+        self, method: str, verb: str, kind: str, send: Callable[[float | None], _Answer]
+    ) -> _Answer:
         """One request through the limiter (and, for a write, the fence); counted; a 429 (or a 5xx with
-        Retry-After) sent again after the wait the server asked for."""
+        Retry-After) sent again after the wait the server asked for. ``send(limit)`` sends it, within
+        ``limit`` seconds if that is not None (a fenced write: the time left before a standby may lead)."""
         limiter, on_request, fence = self.limiter, self._on_request, self.fence
         attempt = 0
         while True:
@@ -220,11 +224,11 @@ class Kube:
             started = time.monotonic()
             try:
                 if fence is None or method.upper() in READS:
-                    resp = send()
+                    resp = send(None)
                 else:
                     # checked after the rate limiter's wait: the fence may have closed meanwhile
-                    with fence.write(f"{verb} {kind}"):
-                        resp = send()
+                    with fence.write(f"{verb} {kind}") as limit:
+                        resp = send(limit)
             except NotLeader:
                 if on_request is not None:
                     on_request(verb, kind, "fenced")
@@ -277,7 +281,10 @@ class Kube:
         verb, kind = classify_path(method, path, _is_watch((query or {}).get("watch", "")))
         wire = self._wire
         resp = self._throttled(
-            method, verb, kind, lambda: wire.request(method, target, sent, headers, timeout)
+            method,
+            verb,
+            kind,
+            lambda limit: wire.request(method, target, sent, headers, _bounded(timeout, limit)),
         )
         data = resp.data
         if not 200 <= resp.status <= 299:
@@ -320,7 +327,7 @@ class Kube:
         target = self._target(path, query)
         wire = self._wire
         verb, kind = classify_path("GET", path, _is_watch(query.get("watch", "")))
-        return self._throttled("GET", verb, kind, lambda: wire.stream("GET", target, headers, timeout))
+        return self._throttled("GET", verb, kind, lambda _: wire.stream("GET", target, headers, timeout))
 
     # -- verbs on known resources ------------------------------------------------------------------
     def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
@@ -387,6 +394,17 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         return self.request("DELETE", res.path(namespace, name), body=body)
+
+
+def _bounded(
+    timeout: float | tuple[float, float] | None, limit: float | None
+) -> float | tuple[float, float] | None:
+    """``timeout`` with its whole-request part cut to ``limit``."""
+    if limit is None:
+        return timeout
+    if isinstance(timeout, tuple):
+        return (min(timeout[0], limit), min(timeout[1], limit))
+    return limit if timeout is None else min(timeout, limit)
 
 
 def _query_value(value: Any) -> str:

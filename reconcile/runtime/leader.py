@@ -44,6 +44,10 @@ DRAIN_TIMEOUT = 1.0
 # Writes in flight when the fence closes get this long to come back before we release the Lease; if they do
 # not, the Lease is left to expire (safe: nobody leads before it does).
 IN_FLIGHT_TIMEOUT = 2.0
+# A write must be over this long before the earliest moment a standby may take the Lease: the server's
+# time to store a request that reached it just before the client gave up, and clocks that run at
+# slightly different rates. Capped at half the gap between the lease duration and the renew deadline.
+LANDING_MARGIN = 1.0
 # /healthz fails when the leader has not renewed for lease duration + this (client-go's adaptor timeout).
 HEALTH_SLACK = 20.0
 
@@ -284,7 +288,8 @@ class LeaderElector:
         self._observed_spec = spec
         self._observed_at = self._last_renew = self._clock()
         # Counted from before the GET: nobody can take over earlier than began + lease_duration.
-        self.fence.grant(began + self.renew_deadline)
+        margin = min(LANDING_MARGIN, (self.lease_duration - self.renew_deadline) / 2)
+        self.fence.grant(began + self.renew_deadline, began + self.lease_duration - margin)
 
     def _create(self, now: datetime, began: float) -> bool:
         spec = {

@@ -19,12 +19,21 @@ A kept-alive connection the server has closed is found before it is used (it rea
 request that finds one closed anyway is sent again on a new connection if it could not have been
 processed (the send failed) or is a read; a write that was sent and got no answer fails as a connection
 error, which callers treat as any other (the next sync sees what the server did), as Go's net/http does.
+
+A request's timeout is one deadline for the whole exchange, not a limit per read: a server that trickles
+its answer cannot hold a caller past it. A request that fails or runs past it has its connection reset
+(``SO_LINGER`` 0), not closed: a close leaves the bytes not yet acknowledged to the kernel, which goes on
+sending them, so across a network that holds packets a write given up on could still arrive later (and a
+leader's fenced write land after a standby took over). A reset discards them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import struct
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,6 +44,7 @@ from urllib3.util.proxy import connection_requires_http_tunnel
 
 RECV_BYTES = 64 * 1024  # above one TLS record (16 KiB), below malloc's mmap threshold
 _REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
+_LINGER_NONE = struct.pack("ii", 1, 0)  # on, 0 s: close() sends RST and drops the unsent bytes
 
 
 class WireError(ConnectionError):
@@ -207,7 +217,8 @@ class Connections:
         headers: Mapping[str, str],
         timeout: float | tuple[float, float] | None,
     ) -> Answer:
-        """The whole answer. ``target``: the path (without the server's prefix) and query."""
+        """The whole answer. ``target``: the path (without the server's prefix) and query. ``timeout``:
+        the seconds the whole request may take, or (for a new connection's handshakes, for everything)."""
         conn, reading = self._send(method, target, body, headers, timeout, until_headers=False)
         answer = Answer(
             reading.status,
@@ -229,8 +240,10 @@ class Connections:
         timeout: float | tuple[float, float] | None,
     ) -> Stream:
         """The answer's status and headers; its body read as it comes (a watch). The connection is the
-        stream's alone, and closed with it."""
+        stream's alone, and closed with it. ``timeout``: (for a new connection's handshakes, for the
+        status and headers and then for each read of the body)."""
         conn, reading = self._send(method, target, None, headers, timeout, until_headers=True)
+        conn.sock.settimeout(timeout[1] if isinstance(timeout, tuple) else timeout)  # now per read
         return Stream(conn, reading)
 
     def _send(
@@ -248,17 +261,21 @@ class Connections:
         if body is not None or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body or b'')}")
         message = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-        connect_timeout, read_timeout = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        connect_timeout, total = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        deadline = None if total is None else time.monotonic() + total
         while True:
-            conn, reused = self._take(connect_timeout)
+            conn, reused = self._take(_within(connect_timeout, deadline))
             try:
-                return conn, _exchange(conn, message, read_timeout, until_headers)
+                return conn, _exchange(conn, message, deadline, until_headers)
             except _ClosedUnanswered as closed:
-                conn.close()
+                reset(conn)
                 if not reused or (closed.sent and method not in _REPLAYABLE):
                     raise WireError("the server closed the connection before answering") from None
+            except TimeoutError:
+                reset(conn)
+                raise TimeoutError(f"no answer within {total} s; the connection was reset") from None
             except BaseException:
-                conn.close()
+                reset(conn)
                 raise
 
     def close(self) -> None:
@@ -269,17 +286,40 @@ class Connections:
             conn.close()
 
 
-def _exchange(conn: Any, message: bytes, timeout: float | None, until_headers: bool) -> _Reading:
-    """Send ``message`` and read the answer, whole or up to the end of its headers."""
+def _within(timeout: float | None, deadline: float | None) -> float | None:
+    """``timeout``, cut to what is left before ``deadline`` (monotonic); TimeoutError if nothing is."""
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def reset(conn: Any) -> None:
+    """Close ``conn`` with a TCP reset: whatever of ours the peer has not acknowledged is dropped."""
     sock = conn.sock
-    sock.settimeout(timeout)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed under us: nothing left to send
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NONE)
+    conn.close()
+
+
+def _exchange(conn: Any, message: bytes, deadline: float | None, until_headers: bool) -> _Reading:
+    """Send ``message`` and read the answer, whole or up to the end of its headers, by ``deadline``."""
+    sock = conn.sock
+    sock.settimeout(_within(None, deadline))
     try:
         sock.sendall(message)
+    except TimeoutError:
+        raise
     except OSError:
         raise _ClosedUnanswered(sent=False) from None
     reading = _Reading()
     got = False
     while not (reading.headers_done if until_headers else reading.done):
+        if deadline is not None:
+            sock.settimeout(_within(None, deadline))
         data = sock.recv(RECV_BYTES)
         if not data:
             if not got:

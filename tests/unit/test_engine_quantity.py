@@ -29,9 +29,12 @@ quantities = st.builds(lambda n, s: n + s, numbers, st.one_of(st.sampled_from(SU
 
 @given(quantities)
 def test_every_form_the_server_accepts_has_the_official_value(text: str) -> None:
+    """Equal to the official value, and to render's exact one within the 28 significant digits that both
+    Decimal parsers keep (a mantissa of 12 digits times 2**60 has more)."""
     ours = parse_quantity(text)
     assert ours == official(text)
-    assert Fraction(ours) == render_parse(text)[0]
+    exact = render_parse(text)[0]
+    assert abs(Fraction(ours) - exact) <= abs(exact) / 10**27
 
 
 @pytest.mark.parametrize(

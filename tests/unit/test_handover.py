@@ -36,6 +36,37 @@ def test_fence_opens_until_the_granted_time_and_never_after_revoke():
         pass
 
 
+def test_a_write_gets_the_time_left_before_a_standby_may_lead():
+    clock = Clock()
+    fence = Fence(clock)
+    fence.grant(10.0, land_by=14.0)
+    clock.t = 3.0
+    with fence.write() as limit:
+        assert limit == 11.0
+    fence.grant(9.0, land_by=12.0)  # an older renewal's grant moves nothing back
+    clock.t = 9.5
+    with fence.write() as limit:
+        assert limit == 4.5
+    fence = Fence(clock)
+    fence.grant(20.0, land_by=9.5)
+    with pytest.raises(NotLeader, match="no time left"), fence.write():
+        pass
+
+
+def test_a_fenced_write_gives_up_when_its_time_is_up(server: ApiServer):
+    """The server takes 3 s; the fence leaves the write 0.3 s: it fails by then, not at the 30 s timeout."""
+    fence = Fence()
+    now = time.monotonic()
+    fence.grant(now + 60, land_by=now + 0.3)
+    server.delay = 3.0
+    kube = Kube(client(server.url), qps=0, fence=fence)
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        kube.request("POST", "/api/v1/namespaces/ns/pods", body={})
+    assert time.monotonic() - began < 1.5
+    assert fence.in_flight == 0
+
+
 def test_revoke_waits_for_the_write_in_flight():
     fence = Fence()
     fence.grant(time.monotonic() + 60)

@@ -155,6 +155,26 @@ def test_health_fails_when_leader_stops_renewing():
     assert not a.healthy()
 
 
+def test_every_write_let_out_is_over_before_a_standby_may_lead():
+    """A write that starts at the fence's last moment still has to be over a margin before the earliest
+    moment a standby that saw the same renewal may take the Lease."""
+    kube, clock = FakeKube(), Clock()
+    a, b = elector(kube, "a", clock), elector(kube, "b", clock)
+    clock.t = 2.0
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b has seen a's renewal
+    clock.t = 11.9  # the fence closes at 2 + 10
+    with a.fence.write() as limit:
+        assert limit is not None
+        over_by = clock.t + limit
+    assert over_by == pytest.approx(2.0 + 15 - 1.0)
+    clock.t = 16.9
+    assert not b.try_acquire_or_renew()
+    clock.t = 17.0
+    assert b.try_acquire_or_renew()
+    assert over_by < clock.t
+
+
 def test_lease_timings_are_validated():
     with pytest.raises(ValueError):
         LeaderElector(FakeKube(), "ns", "a", name=LOCK, lease_duration=5, renew_deadline=5)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 import urllib3
 
+from localcluster.wait import wait_for
 from reconcile.runtime.wire import Connections, WireError
 from tests.unit.loopback import read_request
 
@@ -222,3 +224,44 @@ def test_a_new_connection_waits_no_longer_than_the_connect_timeout() -> None:
     assert not stop.is_set()  # the server still holds the connection: the client gave up by itself
     stop.set()
     server.sock.close()
+
+
+def test_the_timeout_bounds_the_whole_request_not_each_read(make) -> None:
+    """A server that sends one byte of its answer every 0.1 s never lets a read wait 0.4 s; the request
+    still ends at its deadline."""
+    stop = threading.Event()
+
+    def trickle(conn: socket.socket) -> None:
+        server.take(conn)
+        for byte in OK[:-1]:
+            if stop.wait(0.1):
+                return
+            conn.sendall(bytes([byte]))
+
+    server, wire = make([trickle])
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"within 0\.4 s"):
+        wire.request("POST", "/a", b"{}", {}, 0.4)
+    assert time.monotonic() - began < 2.0
+    stop.set()
+
+
+def test_a_request_given_up_on_resets_its_connection(make) -> None:
+    """Past its deadline the connection is reset, not closed: the peer reads ECONNRESET, not an orderly
+    end, so no byte the client sent can still be on its way."""
+    seen: list[object] = []
+
+    def silent(conn: socket.socket) -> None:
+        server.take(conn)
+        conn.settimeout(5)
+        try:
+            seen.append(conn.recv(1))
+        except OSError as err:
+            seen.append(type(err))
+
+    server, wire = make([silent])
+    with pytest.raises(TimeoutError):
+        wire.request("POST", "/a", b"{}", {}, 0.2)
+    wait_for(lambda: seen, "the server's read to end", 5)
+    assert seen == [ConnectionResetError]
+    assert wire._idle == []

@@ -563,7 +563,7 @@ def check(
     return report
 
 
-def children_created(cc: ChaosCluster, namespace: str, since: float) -> int:
+def children_created(cc: ChaosCluster, namespace: str, since: float = 0.0) -> int:
     """How many children the operator created in ``namespace`` (201 in the audit log) since ``since``."""
     return sum(
         1
@@ -574,11 +574,9 @@ def children_created(cc: ChaosCluster, namespace: str, since: float) -> int:
     )
 
 
-def wait_children_created(
-    cc: ChaosCluster, namespace: str, since: float, n: int, timeout: float = 120
-) -> None:
-    """Until the operator created ``n`` children since ``since`` (a fault placed mid-build)."""
-    wait_for(lambda: children_created(cc, namespace, since) >= n, f"{n} children created", timeout)
+def wait_children_created(cc: ChaosCluster, namespace: str, n: int, timeout: float = 120) -> None:
+    """Until the operator created ``n`` children in ``namespace`` (a fault placed mid-build)."""
+    wait_for(lambda: children_created(cc, namespace) >= n, f"{n} children created", timeout)
 
 
 def jobs_building(cc: ChaosCluster, namespace: str, names: list[str], workers: int) -> int:

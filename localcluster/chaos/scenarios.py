@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from localcluster.chaos.blackhole import PartitionProxy
 from localcluster.chaos.faultproxy import FaultProxy
 from localcluster.chaos.harness import (
     KNOB,
@@ -18,6 +20,7 @@ from localcluster.chaos.harness import (
     Report,
     StatusRecorder,
     check,
+    children_created,
     holder_at,
     identity_of,
     jobs_building,
@@ -34,6 +37,7 @@ from localcluster.operator import OperatorRunner
 from localcluster.wait import wait_for
 from reconcile.mpijob.kinds import MPIJOB
 from reconcile.runtime.kube import POD as POD_RES
+from reconcile.runtime.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 
 WORKERS = 2
 TIMEOUT = 240.0
@@ -89,22 +93,23 @@ def _faults_mid_build(
     cc: ChaosCluster,
     ns: str,
     names: list[str],
-    submitted: float,
     faults: int,
     rng: random.Random,
-    fault: Callable[[], float | None],
+    fault: Callable[[], object],
 ) -> list[int]:
-    """`faults` times, once the operator has created a random number (`rng`) of children, `fault()`:
-    always mid-build. The creates are counted from `submitted`, or from the time a fault returns (a new
-    operator process that starts over). Returns the jobs building at each fault."""
-    per_fault = max(2, len(names) * (4 + WORKERS) // (faults + 1))
-    since, offset = submitted, 0
+    """`faults` times, once the operator has created a random number (`rng`) of children more, `fault()`:
+    always mid-build. Each number is drawn within what is left to create, leaving one create for each fault
+    still to come, so that a build faster than the faults (a fault takes seconds) still meets them all.
+    Returns the jobs building at each fault."""
+    total = len(names) * (4 + WORKERS)
+    per_fault = max(2, total // (faults + 1))
     building = []
-    for _ in range(faults):
-        wait_children_created(cc, ns, since, rng.randint(1, per_fault) + offset)
+    for i in range(faults):
+        created = children_created(cc, ns)
+        room = total - created - (faults - i)
+        wait_children_created(cc, ns, created + rng.randint(1, max(1, min(per_fault, room))))
         building.append(jobs_building(cc, ns, names, WORKERS))
-        restarted = fault()
-        since, offset = (restarted, 0) if restarted is not None else (since, offset + per_fault)
+        fault()
     return building
 
 
@@ -116,7 +121,7 @@ def _faults_while_building(
     jobs: int,
     faults: int,
     seed: int,
-    fault: Callable[[OperatorRunner], float | None],
+    fault: Callable[[OperatorRunner], object],
 ) -> Iterator[tuple[Report, OperatorRunner]]:
     """One operator builds `jobs` jobs while `fault(operator)` strikes `faults` times mid-build (see
     `_faults_mid_build`); its client paced (10 QPS), so that the build spans seconds and each fault lands
@@ -132,9 +137,8 @@ def _faults_while_building(
     with running(op):
         op.start(timeout=120)
         jobs_names = _names(prefix, jobs)
-        submitted = time.time()
         uids = submit(cc.admin, ns, jobs_names, WORKERS)
-        building = _faults_mid_build(cc, ns, jobs_names, submitted, faults, rng, lambda: fault(op))
+        building = _faults_mid_build(cc, ns, jobs_names, faults, rng, lambda: fault(op))
         report = _finish(cc, scenario, ns, uids, since, recorder)
         report.building_at_faults = building
         yield report, op
@@ -164,11 +168,9 @@ def faulty_proxy(cc: ChaosCluster, jobs: int = 10, rate: float = 0.1, seed: int 
 def kill9(cc: ChaosCluster, jobs: int = 12, kills: int = 3, seed: int = 2) -> Report:
     """kill -9 of the operator at random moments (seeded) while it builds and runs the jobs."""
 
-    def kill_and_start(op: OperatorRunner) -> float:
+    def kill_and_start(op: OperatorRunner) -> None:
         op.kill()
-        started = time.time()  # each kill after a random number of creates of the running process
         op.start(wait=False)  # a new identity: it waits for the dead one's Lease to expire
-        return started
 
     faulted = _faults_while_building(cc, "kill -9", ("kill", "kill9", "k"), jobs, kills, seed, kill_and_start)
     with faulted as (report, _):
@@ -245,6 +247,90 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
         if code != 0:
             report.exits.append(f"the old leader exited with {code}")
         _exited(report, b)
+    recorder.stop()
+    return report
+
+
+def leader_partition(cc: ChaosCluster, jobs: int = 100, hold: float = 60.0, seed: int = 6) -> Report:
+    """Two replicas at the default Lease timings; the leader's connections black-holed for ``hold``
+    seconds from the moment it sends a pod create (so that a write is in flight when the partition
+    begins), then healed, with what was held delivered late. Measures the standby's take-over (from the
+    partition to its Lease write), the old leader's writes after the new leader's first write (none may
+    land), and the time from the heal to every job Succeeded."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    ns = cc.namespace(f"chaos-partition-{seed}")
+    since = time.time()
+    recorder = StatusRecorder(cc.admin, ns).start()
+    # the defaults, instead of the tier's short Lease: what the client's deadlines are chosen against
+    timings = (
+        f"--leader-elect-lease-duration={LEASE_DURATION:g}",
+        f"--leader-elect-renew-deadline={RENEW_DEADLINE:g}",
+        f"--leader-elect-retry-period={RETRY_PERIOD:g}",
+    )
+    # the first leader paced, so that its build is still going when the partition begins; the standby
+    # at the defaults, as it would run
+    pinned = ("--kube-api-qps=10", "--kube-api-burst=10")
+    total = jobs * (4 + WORKERS)
+    with PartitionProxy(cc.cluster.server, **cc.proxy_args()) as proxy:
+        a = cc.operator("partition-a", *timings, *pinned, kubeconfig=cc.proxy_kubeconfig(proxy.url))
+        b = cc.operator("partition-b", *timings)
+        with running(a, b):
+            a.start(timeout=120)  # a leads (b has not started yet)
+            b.start(wait=False)
+            _wait_standby(b)
+            names = _names("n", jobs)
+            uids = submit(cc.admin, ns, names, WORKERS)
+            wait_children_created(cc, ns, rng.randint(total // 10, total // 4))
+            pod_create = re.compile(rf"POST /api/v1/namespaces/{ns}/pods[ ?]".encode())
+            proxy.partition_at(lambda head: pod_create.match(head) is not None)
+            wait_for(lambda: proxy.partitions, "the leader's next pod create", 60)
+            a.expect_exit()  # it finds the Lease taken after the heal, and exits to start again
+            began = proxy.partitions[0][0]
+            time.sleep(max(0.0, began + hold - time.time()))
+            proxy.heal()
+            healed = time.time()
+            stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+            succeeded_at = time.time()
+            # its next renewal after the heal finds the Lease taken (a request may wait out its deadline)
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda: not a.alive(), "the old leader to step down", 60, 0.5)
+            _settle(cc, ns)
+            report = check(cc, "leader partition, two replicas", ns, uids, WORKERS, since, stuck, recorder)
+            timeline = lease_timeline(cc.audit(0))
+            old = holder_at(timeline, began)
+            moved = next(((t, who) for t, who in timeline if t > began and who and who != old), None)
+            writes = operator_writes(cc.audit(since), ns)
+            new_first = (
+                None
+                if moved is None
+                else min(
+                    (ts(e["requestReceivedTimestamp"]) for e in writes if identity_of(e)[0] == moved[1]),  # type: ignore[index]
+                    default=None,
+                )
+            )
+            landed_late = [
+                e
+                for e in writes
+                if identity_of(e)[0] == old  # type: ignore[index]
+                and new_first is not None
+                and ts(e["stageTimestamp"]) > new_first
+            ]
+            for e in landed_late:
+                ref = e["objectRef"]
+                report.non_leader_writes.append(
+                    f"{e['verb']} {ref.get('resource')}/{ref.get('name')} of the old leader landed after"
+                    " the new leader's first write"
+                )
+            report.faults = {"black-hole partition of the leader": 1}
+            report.extra.update(
+                partition_s=round(healed - began, 1),
+                takeover_s=None if moved is None else round(moved[0] - began, 2),
+                converged_after_heal_s=round(max(0.0, succeeded_at - healed), 1),
+                old_leader_exit_code=a.returncode(),
+                **{k.replace(" ", "_"): v for k, v in proxy.counts.items()},
+            )
+            _exited(report, b)
     recorder.stop()
     return report
 

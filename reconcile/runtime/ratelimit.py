@@ -144,8 +144,9 @@ class AdaptiveLimiter:
       seconds and halves the rate to at most half of what was achieved in the last second;
     * latency above ``LATENCY_FACTOR`` x a slowly rising baseline (and above ``LATENCY_MIN``) multiplies
       the rate by 0.7, never below ``LATENCY_FLOOR_QPS``;
-    * each second without such a signal the rate grows by a quarter; past ``UNLIMITED_ABOVE`` (or the
-      ceiling) it is lifted back to the ceiling, or to no limit.
+    * each second without such a signal the rate grows by a quarter, whether or not requests were sent
+      in it (a client that went quiet after a burst of 429s is not held to their rate when it speaks
+      again); past ``UNLIMITED_ABOVE`` (or the ceiling) it is lifted back to the ceiling, or to no limit.
 
     Not client-go's shape (a fixed bucket, and a 429 retried after Retry-After), because a fixed number
     is either too low for a healthy server or too high for a loaded one.
@@ -183,6 +184,7 @@ class AdaptiveLimiter:
         with self._lock:
             now = self._clock()
             delay = max(0.0, self._pause_until - now)
+            self._increase(now)
             if self.rate is None:
                 return delay
             start = now + delay
@@ -252,12 +254,18 @@ class AdaptiveLimiter:
             self._changed = now
 
     def _increase(self, now: float) -> None:
-        if self.rate is None or now - self._changed < ADJUST_EVERY or self.rate == self.ceiling:
+        """A quarter more for each whole second since the last change."""
+        if self.rate is None or self.rate == self.ceiling:
             return
-        new = self.rate * 1.25
+        steps = int((now - self._changed) / ADJUST_EVERY)
+        if steps < 1:
+            return
+        new = self.rate * 1.25 ** min(steps, 64)
         limit = self.ceiling if self.ceiling is not None else UNLIMITED_ABOVE
         self.rate = self.ceiling if new >= limit else new
-        self._changed = now
+        self._changed += steps * ADJUST_EVERY
+        if self.rate is None or self.rate == self.ceiling:
+            self._tokens, self._stamp = float(self.burst), max(self._stamp, now)
 
 
 def retry_after_seconds(value: str | None) -> float | None:

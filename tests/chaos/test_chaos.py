@@ -62,6 +62,19 @@ def test_leader_sigterm_with_a_backlog(chaos_cluster):
     assert extra["backlog_at_sigterm"] >= 15, "no backlog when SIGTERM came"
 
 
+def test_leader_black_holed_for_a_minute(chaos_cluster):
+    """A write in flight when the partition begins is given up on and reset before the standby may lead,
+    so nothing of it arrives when the partition heals."""
+    report = scenarios.leader_partition(chaos_cluster, jobs=100, hold=60.0)
+    assert_clean(report)
+    extra = report.extra
+    assert extra["takeover_s"] is not None and extra["takeover_s"] < extra["partition_s"], (
+        "the standby did not take the Lease during the partition"
+    )
+    assert extra.get("requests_dropped_on_reset", 0) >= 1, "the write in flight was not reset"
+    assert extra["old_leader_exit_code"] is not None, "the old leader did not step down after the heal"
+
+
 def test_apiserver_sigkill_and_restart(chaos_cluster):
     report = scenarios.apiserver_restart(chaos_cluster, jobs=6)
     assert_clean(report)

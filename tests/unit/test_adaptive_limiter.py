@@ -79,6 +79,21 @@ def test_repeated_429s_never_go_below_the_floor_and_retry_after_is_capped():
     assert lim.reserve() <= RETRY_AFTER_MAX
 
 
+def test_a_client_that_went_quiet_is_not_held_to_an_old_429s_rate():
+    """After 429s at start-up a client that sends a request now and then gets its limit back with time:
+    it is not paced at the floor until it has sent enough requests to grow out of it."""
+    lim, clock, _ = limiter()
+    lim.observe(0.005, 429, 1.0)
+    assert lim.rate == MIN_QPS
+    clock.t += 2.0
+    assert lim.reserve() == 0.0
+    assert lim.rate == pytest.approx(MIN_QPS * 1.25**2)
+    clock.t += 30.0  # quiet: no request, no signal
+    assert lim.reserve() == 0.0
+    assert lim.rate is None
+    assert [lim.reserve() for _ in range(10)] == [0.0] * 10
+
+
 def test_429_without_retry_after_pauses_a_second():
     lim, _, _ = limiter()
     lim.observe(0.005, 429, None)

@@ -20,13 +20,11 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15,
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
-    """The value of a quantity; ``ValueError`` for a form the API server refuses. A number is taken as
-    it is (a float through its shortest repr, so ``0.1`` stays ``0.1``)."""
+    """The value of a quantity; ``ValueError`` for a form the API server refuses. A number is read as
+    it prints (a float through its shortest repr, so ``0.1`` stays ``0.1``; NaN and infinities refused)."""
     if isinstance(text, bool):
         raise ValueError(f"not a quantity: {text!r}")
-    if isinstance(text, (int, float)):
-        return Decimal(repr(text)) if isinstance(text, float) else Decimal(text)
-    match = _FORM.fullmatch(text)
+    match = _FORM.fullmatch(repr(text) if isinstance(text, (int, float)) else text)
     if match is None:
         raise ValueError(f"not a quantity: {text!r}")
     number = Decimal(match["number"])

@@ -64,9 +64,7 @@ def _quantity(value: Any) -> Decimal | None:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return None
     try:
-        # str() first: Decimal(0.1) would carry the binary float error into the comparison.
-        quantity: Decimal = parse_quantity(str(value) if isinstance(value, float) else value)
-        return quantity
+        return parse_quantity(value)
     except ValueError:
         return None
 

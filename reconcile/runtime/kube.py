@@ -199,9 +199,9 @@ class Kube:
         bucket with ``burst``); 0 leaves the pace to the server, whose 429s and latency the limiter
         follows."""
         # the ApiClient it was built from, if any: tests and tools make typed calls with it
-        self.api_client = None if isinstance(endpoint, Endpoint) else endpoint
+        self.api_client: ApiClientLike | None = None
         if not isinstance(endpoint, Endpoint):
-            endpoint = Endpoint.of(endpoint)
+            self.api_client, endpoint = endpoint, Endpoint.of(endpoint)
         self.endpoint = endpoint
         self.limiter = AdaptiveLimiter(qps if qps > 0 else None, burst)
         self._on_request = on_request

@@ -80,26 +80,29 @@ def load(kubeconfig: str = "", master: str = "", environ: Mapping[str, str] | No
     """The endpoint named by ``kubeconfig`` (a path, or paths joined by ``os.pathsep``), ``$KUBECONFIG``,
     the pod's ServiceAccount or ``~/.kube/config``, in that order; ``master`` overrides its URL."""
     env = os.environ if environ is None else environ
-    paths = kubeconfig or env.get("KUBECONFIG", "")
-    if paths:
-        endpoint = from_kubeconfig([Path(p) for p in paths.split(os.pathsep) if p], env)
-    elif env.get("KUBERNETES_SERVICE_HOST"):
+    if not (kubeconfig or env.get("KUBECONFIG")) and env.get("KUBERNETES_SERVICE_HOST"):
         endpoint = in_cluster(env)
     else:
-        endpoint = from_kubeconfig([Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"], env)
+        endpoint = from_kubeconfig(_paths(kubeconfig, env), env)
     return attrs.evolve(endpoint, host=master) if master else endpoint
 
 
 def context_namespace(kubeconfig: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The current context's namespace ("" when it names none or there is no kubeconfig)."""
-    env = os.environ if environ is None else environ
-    paths = kubeconfig or env.get("KUBECONFIG", "") or str(Path(env.get("HOME", "~")) / ".kube" / "config")
     try:
-        merged = _merge([Path(p) for p in paths.split(os.pathsep) if p])
+        merged = _merge(_paths(kubeconfig, os.environ if environ is None else environ))
         context = _named(merged, "contexts", merged["current-context"], "context")
     except ConfigError:
         return ""
     return str(context.get("namespace") or "")
+
+
+def _paths(kubeconfig: str, env: Mapping[str, str]) -> list[Path]:
+    """The kubeconfig files to read: ``kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``."""
+    paths = kubeconfig or env.get("KUBECONFIG", "")
+    if not paths:
+        return [Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"]
+    return [Path(p) for p in paths.split(os.pathsep) if p]
 
 
 # -- in a pod ------------------------------------------------------------------------------------------

@@ -53,5 +53,7 @@ def test_forms_the_server_refuses_are_refused(text: str) -> None:
 
 def test_numbers_are_taken_as_they_are() -> None:
     assert parse_quantity(2) == 2 and parse_quantity(0.1) == Decimal("0.1")
-    with pytest.raises(ValueError):
-        parse_quantity(True)
+    assert parse_quantity(1e20) == Decimal(10**20)
+    for refused in (True, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            parse_quantity(refused)

@@ -270,12 +270,24 @@ def _existing(path: Path, where: str) -> Path:
     return path
 
 
-_PRIVATE: list[Path] = []
+_PRIVATE: list[Path] = []  # the directory of the files, where there are no memory files
+_HELD: list[int] = []  # the memory files' descriptors, open for the process's life
 
 
 def _private_file(data: bytes) -> Path:
-    """``data`` in a file only this user reads (the TLS library takes keys and certificates as files);
-    removed when the process exits."""
+    """``data`` where only this process reads it (the TLS library takes keys and certificates as paths):
+    an anonymous memory file, gone with the process however it ends (a kill -9 included); where the
+    system has none, a file only this user reads, removed when the process exits."""
+    if hasattr(os, "memfd_create"):
+        try:
+            fd = os.memfd_create("kubeconfig", os.MFD_CLOEXEC)
+        except OSError:
+            pass
+        else:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(data)
+            _HELD.append(fd)
+            return Path(f"/proc/self/fd/{fd}")
     if not _PRIVATE:
         _PRIVATE.append(Path(tempfile.mkdtemp(prefix="kubeconfig-")))
         atexit.register(shutil.rmtree, _PRIVATE[0], True)

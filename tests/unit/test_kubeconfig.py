@@ -8,8 +8,10 @@ import datetime
 import json
 import os
 import re
+import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -191,11 +193,28 @@ def test_an_exec_plugin_s_client_certificate_is_presented(
     assert tls_server.seen[0]["client"] == {"commonName": "operator"}
 
 
-def test_key_material_is_written_only_for_this_user(tmp_path: Path, pki: Pki) -> None:
-    load(str(pki.kubeconfig("https://127.0.0.1:1")), environ={})
+def test_key_material_is_held_in_memory_and_leaves_no_file(tmp_path: Path, pki: Pki) -> None:
+    """A process killed with -9 runs no exit handler: a key written to a file would stay behind."""
+    before = set(Path(tempfile.gettempdir()).glob("kubeconfig-*"))
+    endpoint = load(str(pki.kubeconfig("https://127.0.0.1:1")), environ={})
+    tls = endpoint.pool.connection_pool_kw
+    for key, want in (("cert_file", pki.client_cert), ("key_file", pki.client_key)):
+        assert tls[key].startswith("/proc/self/fd/")
+        assert Path(tls[key]).read_bytes() == want
+    assert set(Path(tempfile.gettempdir()).glob("kubeconfig-*")) == before
+
+
+def test_without_memory_files_key_material_is_written_only_for_this_user(
+    tmp_path: Path, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(os, "memfd_create")
+    monkeypatch.setattr(kubeconfig, "_PRIVATE", [])
+    endpoint = load(str(pki.kubeconfig("https://127.0.0.1:1")), environ={})
     (private,) = kubeconfig._PRIVATE
+    assert Path(endpoint.pool.connection_pool_kw["key_file"]).parent == private
     for f in private.iterdir():
         assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    shutil.rmtree(private)
 
 
 def test_tls_server_name_checks_the_certificate_for_that_name(

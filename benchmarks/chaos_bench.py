@@ -5,6 +5,8 @@
   forwarding), delaying, and cutting every watch within 20 s, 40 jobs;
 * SIGTERM to the leader of two replicas with a backlog (30 jobs);
 * the leader of two replicas black-holed for 60 s from a pod create, 200 jobs;
+* etcd stopped (SIGSTOP) for 30 s during a 200-job run;
+* every request 2 s slower, 100 jobs;
 * kube-apiserver SIGKILLed and restarted 3 times during a 20-job run;
 * 50 healthy jobs alone, then 50 beside 50 jobs whose workers crash at start (their times, and the
   crashing jobs' worker creates and time until all are Failed).
@@ -15,7 +17,7 @@ writes after SIGTERM and after the Lease moved, the hand-over time and the new l
 write. Exit 1 if any invariant broke.
 
     .venv/bin/python benchmarks/chaos_bench.py [--seed N] [--quick]
-        [--only kill9,proxy,sigterm,partition,apiserver,crashing]
+        [--only kill9,proxy,sigterm,partition,etcd,slow,apiserver,crashing]
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ FULL = {
     "proxy": lambda cc, seed: scenarios.faulty_proxy(cc, jobs=40, rate=0.1, seed=seed),
     "sigterm": lambda cc, seed: scenarios.sigterm_handover(cc, jobs=30, seed=seed),
     "partition": lambda cc, seed: scenarios.leader_partition(cc, jobs=200, seed=seed),
+    "etcd": lambda cc, seed: scenarios.etcd_stopped(cc, jobs=200, seed=seed),
+    "slow": lambda cc, seed: scenarios.slow_apiserver(cc, jobs=100, seed=seed),
     "apiserver": lambda cc, seed: scenarios.apiserver_restart(cc, jobs=20, restarts=3, seed=seed),
     "crashing": lambda cc, seed: scenarios.crashing_neighbours(cc, healthy=50, crashing=50, seed=seed),
 }
@@ -44,6 +48,8 @@ QUICK = {
     "proxy": lambda cc, seed: scenarios.faulty_proxy(cc, jobs=8, rate=0.1, seed=seed),
     "sigterm": lambda cc, seed: scenarios.sigterm_handover(cc, jobs=16, seed=seed),
     "partition": lambda cc, seed: scenarios.leader_partition(cc, jobs=100, seed=seed),
+    "etcd": lambda cc, seed: scenarios.etcd_stopped(cc, jobs=100, seed=seed),
+    "slow": lambda cc, seed: scenarios.slow_apiserver(cc, jobs=100, seed=seed),
     "apiserver": lambda cc, seed: scenarios.apiserver_restart(cc, jobs=6, seed=seed),
     "crashing": lambda cc, seed: scenarios.crashing_neighbours(cc, healthy=10, crashing=10, seed=seed),
 }

@@ -395,6 +395,17 @@ class LocalCluster:
         ctx = self.admin_ssl()
         self.wait_for(proc, lambda: http_ok(f"{self.server}/readyz", ctx), "kube-apiserver /readyz")
 
+    @contextlib.contextmanager
+    def paused(self, name: str) -> Iterator[Proc]:
+        """The cluster's process ``name`` stopped (SIGSTOP to the PID recorded when it was started) inside
+        the block, and continued (SIGCONT) when it ends, however it ends."""
+        proc = self.proc(name)
+        proc.pause()
+        try:
+            yield proc
+        finally:
+            proc.resume()
+
     def restart_apiserver(self, *, kill: bool = True, down: float = 0.0) -> float:
         """SIGKILL (or SIGTERM) kube-apiserver, wait ``down`` s, start it again on the same port and etcd;
         returns the seconds from the kill until it is ready again."""

@@ -112,6 +112,16 @@ class Proc:
             self._signal(signal.SIGKILL)
         self._reap()
 
+    def pause(self) -> None:
+        """SIGSTOP the process group (a process that stops answering), only if it is still our process."""
+        if self.alive():
+            self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the process group, only if it is still our process."""
+        if self.alive():
+            self._signal(signal.SIGCONT)
+
     def _signal(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, sig)

@@ -5,7 +5,8 @@ here) and forwards each request upstream as the operator's ServiceAccount (its c
 API server's audit log still names the operator. A seeded share of requests is answered by the proxy
 instead: 500, 429, 409 (writes only), a connection reset before the request is forwarded, a reset *after*
 it was forwarded (the write happened, the client never hears of it), or a delay; every watch is cut after
-a random time. What was injected is counted in ``counts``.
+a random time (``watch_cut``; None: never). ``latency`` seconds are added to every request, watches
+included, before it is forwarded: a slow API server. What was injected is counted in ``counts``.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ class FaultProxy:
         client_cert: Path,
         client_key: Path,
         rate: float = 0.1,
-        watch_cut: tuple[float, float] = (1.0, 20.0),
+        watch_cut: tuple[float, float] | None = (1.0, 20.0),
         delay: tuple[float, float] = (0.1, 1.5),
+        latency: float = 0.0,
         seed: int = 0,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.watch_cut = watch_cut
         self.delay = delay
+        self.latency = latency
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.enabled = True
@@ -147,6 +150,8 @@ class FaultProxy:
             return web.json_response(status, status=code, headers=headers, dumps=json.dumps)
         if fault == "reset":
             return self._reset(request)
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
         if fault == "delay":
             await asyncio.sleep(self.rng.uniform(*self.delay))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
@@ -171,7 +176,9 @@ class FaultProxy:
             if upstream.headers.get("Content-Length") is not None and not watch:
                 response.content_length = int(upstream.headers["Content-Length"])
             await response.prepare(request)
-            cut_at = self._loop.time() + self.rng.uniform(*self.watch_cut) if watch else None
+            cut_at = None
+            if watch and self.watch_cut is not None:
+                cut_at = self._loop.time() + self.rng.uniform(*self.watch_cut)
             try:
                 while True:
                     timeout = None if cut_at is None else max(0.0, cut_at - self._loop.time())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -41,6 +42,14 @@ from reconcile.runtime.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIO
 
 WORKERS = 2
 TIMEOUT = 240.0
+# The operator's own Lease timings, for the scenarios where the tier's short ones would not do: what the
+# client's deadlines are chosen against, and a renewal (a GET and a PUT) on a slow server.
+DEFAULT_LEASE = (
+    f"--leader-elect-lease-duration={LEASE_DURATION:g}",
+    f"--leader-elect-renew-deadline={RENEW_DEADLINE:g}",
+    f"--leader-elect-retry-period={RETRY_PERIOD:g}",
+)
+GRACE_PERIOD = 30.0  # the operator Deployment's terminationGracePeriodSeconds (Kubernetes' default)
 
 
 def _names(prefix: str, n: int) -> list[str]:
@@ -79,12 +88,18 @@ def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:
 
 
 def _finish(
-    cc: ChaosCluster, scenario: str, ns: str, uids: dict[str, str], since: float, recorder: StatusRecorder
+    cc: ChaosCluster,
+    scenario: str,
+    ns: str,
+    uids: dict[str, str],
+    since: float,
+    recorder: StatusRecorder,
+    timeout: float = TIMEOUT,
 ) -> Report:
-    """Until every job succeeded (or TIMEOUT: stuck) and the finished jobs' workers are gone, then the
+    """Until every job succeeded (or ``timeout``: stuck) and the finished jobs' workers are gone, then the
     invariants checked."""
     assert cc.admin is not None
-    stuck = wait_all_succeeded(cc.admin, ns, list(uids), TIMEOUT)
+    stuck = wait_all_succeeded(cc.admin, ns, list(uids), timeout)
     _settle(cc, ns)
     return check(cc, scenario, ns, uids, WORKERS, since, stuck, recorder)
 
@@ -262,19 +277,13 @@ def leader_partition(cc: ChaosCluster, jobs: int = 100, hold: float = 60.0, seed
     ns = cc.namespace(f"chaos-partition-{seed}")
     since = time.time()
     recorder = StatusRecorder(cc.admin, ns).start()
-    # the defaults, instead of the tier's short Lease: what the client's deadlines are chosen against
-    timings = (
-        f"--leader-elect-lease-duration={LEASE_DURATION:g}",
-        f"--leader-elect-renew-deadline={RENEW_DEADLINE:g}",
-        f"--leader-elect-retry-period={RETRY_PERIOD:g}",
-    )
     # the first leader paced, so that its build is still going when the partition begins; the standby
     # at the defaults, as it would run
     pinned = ("--kube-api-qps=10", "--kube-api-burst=10")
     total = jobs * (4 + WORKERS)
     with PartitionProxy(cc.cluster.server, **cc.proxy_args()) as proxy:
-        a = cc.operator("partition-a", *timings, *pinned, kubeconfig=cc.proxy_kubeconfig(proxy.url))
-        b = cc.operator("partition-b", *timings)
+        a = cc.operator("partition-a", *DEFAULT_LEASE, *pinned, kubeconfig=cc.proxy_kubeconfig(proxy.url))
+        b = cc.operator("partition-b", *DEFAULT_LEASE)
         with running(a, b):
             a.start(timeout=120)  # a leads (b has not started yet)
             b.start(wait=False)
@@ -331,6 +340,106 @@ def leader_partition(cc: ChaosCluster, jobs: int = 100, hold: float = 60.0, seed
                 **{k.replace(" ", "_"): v for k, v in proxy.counts.items()},
             )
             _exited(report, b)
+    recorder.stop()
+    return report
+
+
+class _Sampler:
+    """The operator's work queue depth and RSS, once a second, in a thread."""
+
+    def __init__(self, op: OperatorRunner) -> None:
+        self.op = op
+        self.depth: list[float] = []
+        self.rss: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(OSError, ValueError):
+                self.depth.append(self.op.metric("mpi_operator_workqueue_depth"))
+                self.rss.append(self.op.proc.rss_bytes() if self.op.proc is not None else 0)
+
+
+def slow_apiserver(cc: ChaosCluster, jobs: int = 100, latency: float = 2.0, seed: int = 7) -> Report:
+    """One operator at its defaults behind a proxy that adds ``latency`` seconds to every request (watches
+    included, nothing else injected). Samples its work queue depth and RSS every second; measures the time
+    from submission to every job Succeeded."""
+    assert cc.admin is not None
+    ns = cc.namespace(f"chaos-slow-{seed}")
+    since = time.time()
+    proxy = FaultProxy(cc.cluster.server, rate=0.0, watch_cut=None, latency=latency, **cc.proxy_args())
+    with proxy:
+        op = cc.operator("slow", *DEFAULT_LEASE, kubeconfig=cc.proxy_kubeconfig(proxy.url))
+        recorder = StatusRecorder(cc.admin, ns).start()
+        with running(op):
+            op.start(timeout=120)
+            sampler = _Sampler(op).start()
+            names = _names("s", jobs)
+            submitted = time.monotonic()
+            uids = submit(cc.admin, ns, names, WORKERS)
+            stuck = wait_all_succeeded(cc.admin, ns, names, 4 * TIMEOUT)
+            all_succeeded = time.monotonic() - submitted
+            _settle(cc, ns)
+            sampler.stop()
+            report = check(cc, f"API server {latency:g} s slower", ns, uids, WORKERS, since, stuck, recorder)
+            report.faults = {f"{latency:g} s added to every request": 1}
+            _exited(report, op)
+            # Its hand-over (drain, the writes in flight, the Lease's release: a GET and a PUT) takes
+            # several round trips: it gets the Deployment's grace period, not the tier's 10 s.
+            stopping = time.monotonic()
+            code = op.stop(timeout=GRACE_PERIOD)
+            if code != 0:
+                report.exits.append(f"it exited with {code} after SIGTERM")
+            report.extra.update(
+                all_succeeded_s=round(all_succeeded, 1),
+                peak_queue_depth=max(sampler.depth, default=None),
+                peak_rss_mib=round(max(sampler.rss, default=0) / 2**20, 1),
+                stop_after_sigterm_s=round(time.monotonic() - stopping, 1),
+            )
+        recorder.stop()
+    return report
+
+
+def etcd_stopped(cc: ChaosCluster, jobs: int = 100, seconds: float = 30.0, seed: int = 8) -> Report:
+    """etcd stopped (SIGSTOP to the PID the cluster recorded) for ``seconds`` while one operator at its
+    defaults builds ``jobs`` jobs, then continued: the API server answers errors or hangs meanwhile.
+    Measures the time from etcd's return to every job Succeeded."""
+    assert cc.admin is not None
+    rng = random.Random(seed)
+    ns = cc.namespace(f"chaos-etcd-{seed}")
+    since = time.time()
+    op = cc.operator("etcd", *DEFAULT_LEASE)
+    recorder = StatusRecorder(cc.admin, ns).start()
+    with running(op):
+        op.start(timeout=120)
+        names = _names("e", jobs)
+        uids = submit(cc.admin, ns, names, WORKERS)
+        total = jobs * (4 + WORKERS)
+        wait_children_created(cc, ns, rng.randint(total // 20, total // 10))  # early: it builds fast
+        building = jobs_building(cc, ns, names, WORKERS)
+        with cc.cluster.paused("etcd"):
+            time.sleep(seconds)
+        back = time.monotonic()
+        stuck = wait_all_succeeded(cc.admin, ns, names, TIMEOUT)
+        converged = time.monotonic() - back
+        _settle(cc, ns)
+        report = check(cc, f"etcd stopped {seconds:g} s", ns, uids, WORKERS, since, stuck, recorder)
+        report.faults = {f"etcd SIGSTOP for {seconds:g} s": 1}
+        report.building_at_faults = [building]
+        report.extra.update(
+            converged_after_etcd_s=round(converged, 1),
+            transient_errors=op.metric("mpi_operator_transient_errors_total") if op.alive() else None,
+        )
+        _exited(report, op)
     recorder.stop()
     return report
 

@@ -9,10 +9,12 @@ import json
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from localcluster.chaos import scenarios
 from localcluster.chaos.harness import ChaosCluster, Report
-from tests.utils import record_requests, skip_without_cluster
+from reconcile.engine.quantity import parse_quantity
+from tests.utils import REPO, record_requests, skip_without_cluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.l2]
 
@@ -73,6 +75,28 @@ def test_leader_black_holed_for_a_minute(chaos_cluster):
     )
     assert extra.get("requests_dropped_on_reset", 0) >= 1, "the write in flight was not reset"
     assert extra["old_leader_exit_code"] is not None, "the old leader did not step down after the heal"
+
+
+def test_an_api_server_two_seconds_slower(chaos_cluster):
+    """Every request 2 s slower: every job finishes, nothing is created twice, the queue holds at most one
+    key per job and the operator stays within its Deployment's memory limit."""
+    report = scenarios.slow_apiserver(chaos_cluster, jobs=100, latency=2.0)
+    assert_clean(report)
+    extra = report.extra
+    assert extra["peak_queue_depth"] is not None and extra["peak_queue_depth"] <= 100
+    assert 0 < extra["peak_rss_mib"] * 2**20 < deployment_memory_limit()
+
+
+def deployment_memory_limit() -> int:
+    deployment = yaml.safe_load((REPO / "deploy/operator/deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return int(parse_quantity(container["resources"]["limits"]["memory"]))
+
+
+def test_etcd_stopped_for_thirty_seconds(chaos_cluster):
+    report = scenarios.etcd_stopped(chaos_cluster, jobs=100, seconds=30.0)
+    assert_clean(report)
+    hit_mid_build(report)
 
 
 def test_apiserver_sigkill_and_restart(chaos_cluster):

@@ -78,3 +78,22 @@ def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice
         assert all(processes._LISTEN_PORTS_FROM <= p < low for p in ports)
     with socket.socket() as held:  # each is bindable when handed out
         held.bind(("127.0.0.1", ports[-1]))
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (after the parenthesised command name)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_process_is_paused_and_resumed_by_its_recorded_pid(tmp_path: Path) -> None:
+    proc = sleeper(tmp_path).proc
+    assert proc is not None
+    try:
+        proc.pause()
+        wait_for(lambda: _state(proc.pid) == "T", "stopped", 5, 0.05)
+        proc.resume()
+        wait_for(lambda: _state(proc.pid) in ("S", "R"), "running again", 5, 0.05)
+    finally:
+        proc.stop(timeout=5)
+    proc.pause()  # gone: nothing is signalled
+    assert not proc.alive()

@@ -22,13 +22,14 @@ import contextlib
 import socket
 import ssl
 import struct
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
+
+from localcluster.chaos.loopthread import LoopThread
 
 CHUNK = 64 * 1024
 
@@ -46,7 +47,9 @@ class _Link:
     reset: bool = False
 
 
-class PartitionProxy:
+class PartitionProxy(LoopThread):
+    thread_name = "partition-proxy"
+
     def __init__(
         self,
         upstream: str,
@@ -57,6 +60,7 @@ class PartitionProxy:
         client_cert: Path,
         client_key: Path,
     ) -> None:
+        super().__init__()
         host, _, port = upstream.removeprefix("https://").rstrip("/").rpartition(":")
         self._upstream = (host.strip("[]"), int(port))
         self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -64,62 +68,25 @@ class PartitionProxy:
         self._client_ctx = ssl.create_default_context(cafile=str(ca))
         self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
         self.counts: Counter[str] = Counter()
-        self._loop = asyncio.new_event_loop()
-        self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._healed = asyncio.Event()
         self._trigger: Callable[[bytes], bool] | None = None
         self.partitions: list[tuple[float, float | None]] = []  # (began, healed) on the wall clock
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> PartitionProxy:
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="partition-proxy", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("partition proxy did not start")
-        return self
 
     async def _start(self) -> None:
         self._healed.set()
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=CHUNK)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    def stop(self) -> None:
-        async def down() -> None:
-            self._healed.set()
-            if self._server is not None:
-                self._server.close()
-            for link in list(self._links):
-                _abort(link.client)
-                if link.upstream is not None:
-                    _abort(link.upstream)
-
-        if self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._thread = None
-
-    def __enter__(self) -> PartitionProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def _stop(self) -> None:
+        self._healed.set()
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links):
+            _abort(link.client)
+            if link.upstream is not None:
+                _abort(link.upstream)
 
     # -- the fault ----------------------------------------------------------------------------------
     def partition(self) -> None:

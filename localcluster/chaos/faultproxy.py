@@ -16,12 +16,13 @@ import json
 import logging
 import random
 import ssl
-import threading
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
+from localcluster.chaos.loopthread import LoopThread
 
 # A reset is an exception out of the handler on purpose; aiohttp would log each with its traceback.
 logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
@@ -30,7 +31,9 @@ HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"
 FAULTS = ("500", "429", "409", "reset", "reset-after", "delay")
 
 
-class FaultProxy:
+class FaultProxy(LoopThread):
+    thread_name = "fault-proxy"
+
     def __init__(
         self,
         upstream: str,
@@ -46,6 +49,7 @@ class FaultProxy:
         latency: float = 0.0,
         seed: int = 0,
     ) -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.watch_cut = watch_cut
@@ -58,36 +62,16 @@ class FaultProxy:
         self._server_ctx.load_cert_chain(str(server_cert), str(server_key))
         self._client_ctx = ssl.create_default_context(cafile=str(ca))
         self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
-        self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> FaultProxy:
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("fault proxy did not start")
-        return self
 
     async def _start(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._client_ctx, limit=0),
             auto_decompress=False,
+            # only what the operator asked for: aiohttp's own Accept-Encoding would have the API server
+            # gzip a large list, which the operator never asked for and does not read
+            skip_auto_headers=("Accept-Encoding",),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -100,25 +84,11 @@ class FaultProxy:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    def stop(self) -> None:
-        async def down() -> None:
-            if self._runner is not None:
-                await self._runner.cleanup()
-            if self._session is not None:
-                await self._session.close()
-
-        if self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._thread = None
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
 
     # -- one request --------------------------------------------------------------------------------
     def _choose(self, method: str, watch: bool) -> str:

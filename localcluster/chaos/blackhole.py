@@ -29,7 +29,7 @@ from pathlib import Path
 
 import attrs
 
-from localcluster.chaos.loopthread import LoopThread
+from localcluster.chaos.tlsproxy import TlsProxy
 
 CHUNK = 64 * 1024
 
@@ -47,26 +47,14 @@ class _Link:
     reset: bool = False
 
 
-class PartitionProxy(LoopThread):
+class PartitionProxy(TlsProxy):
     thread_name = "partition-proxy"
 
-    def __init__(
-        self,
-        upstream: str,
-        *,
-        ca: Path,
-        server_cert: Path,
-        server_key: Path,
-        client_cert: Path,
-        client_key: Path,
-    ) -> None:
-        super().__init__()
+    def __init__(self, upstream: str, **tls: Path) -> None:
+        """``tls``: ``TlsProxy``'s files."""
+        super().__init__(**tls)
         host, _, port = upstream.removeprefix("https://").rstrip("/").rpartition(":")
         self._upstream = (host.strip("[]"), int(port))
-        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._server_ctx.load_cert_chain(str(server_cert), str(server_key))
-        self._client_ctx = ssl.create_default_context(cafile=str(ca))
-        self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
         self.counts: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()

@@ -1,8 +1,7 @@
 """A fault-injecting HTTPS proxy between the operator and kube-apiserver, on loopback.
 
-It terminates TLS with a serving certificate from the cluster's CA (the operator's kubeconfig points
-here) and forwards each request upstream as the operator's ServiceAccount (its client certificate), so the
-API server's audit log still names the operator. A seeded share of requests is answered by the proxy
+It forwards each request as the operator sent it (``TlsProxy``: the audit log still names the operator). A
+seeded share of requests is answered by the proxy
 instead: 500, 429, 409 (writes only), a connection reset before the request is forwarded, a reset *after*
 it was forwarded (the write happened, the client never hears of it), or a delay; every watch is cut after
 a random time (``watch_cut``; None: never). ``latency`` seconds are added to every request, watches
@@ -15,14 +14,13 @@ import asyncio
 import json
 import logging
 import random
-import ssl
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
-from localcluster.chaos.loopthread import LoopThread
+from localcluster.chaos.tlsproxy import TlsProxy
 
 # A reset is an exception out of the handler on purpose; aiohttp would log each with its traceback.
 logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
@@ -31,25 +29,22 @@ HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"
 FAULTS = ("500", "429", "409", "reset", "reset-after", "delay")
 
 
-class FaultProxy(LoopThread):
+class FaultProxy(TlsProxy):
     thread_name = "fault-proxy"
 
     def __init__(
         self,
         upstream: str,
         *,
-        ca: Path,
-        server_cert: Path,
-        server_key: Path,
-        client_cert: Path,
-        client_key: Path,
         rate: float = 0.1,
         watch_cut: tuple[float, float] | None = (1.0, 20.0),
         delay: tuple[float, float] = (0.1, 1.5),
         latency: float = 0.0,
         seed: int = 0,
+        **tls: Path,
     ) -> None:
-        super().__init__()
+        """``tls``: ``TlsProxy``'s files."""
+        super().__init__(**tls)
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.watch_cut = watch_cut
@@ -58,10 +53,6 @@ class FaultProxy(LoopThread):
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.enabled = True
-        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._server_ctx.load_cert_chain(str(server_cert), str(server_key))
-        self._client_ctx = ssl.create_default_context(cafile=str(ca))
-        self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 

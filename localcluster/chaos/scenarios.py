@@ -74,6 +74,13 @@ def _wait_standby(op: OperatorRunner, timeout: float = 60.0) -> None:
     )
 
 
+def _leader_and_standby(a: OperatorRunner, b: OperatorRunner) -> None:
+    """``a`` leads, then ``b`` runs as its standby."""
+    a.start(timeout=120)  # (b has not started yet)
+    b.start(wait=False)
+    _wait_standby(b)
+
+
 def _settle(cc: ChaosCluster, namespace: str, timeout: float = 30.0) -> None:
     """Until the finished jobs' workers are gone (cleanPodPolicy Running), or the timeout."""
     assert cc.admin is not None
@@ -215,9 +222,7 @@ def sigterm_handover(cc: ChaosCluster, jobs: int = 16, seed: int = 3) -> Report:
     a = cc.operator("term-a", *default_timings, *pinned)
     b = cc.operator("term-b", *default_timings, *pinned)
     with running(a, b):
-        a.start(timeout=120)  # a leads (b has not started yet)
-        b.start(wait=False)
-        _wait_standby(b)
+        _leader_and_standby(a, b)
         names = _names("t", jobs)
         uids = submit(cc.admin, ns, names, WORKERS)
         # let the leader get going, then SIGTERM while most of the backlog is still queued
@@ -285,9 +290,7 @@ def leader_partition(cc: ChaosCluster, jobs: int = 100, hold: float = 60.0, seed
         a = cc.operator("partition-a", *DEFAULT_LEASE, *pinned, kubeconfig=cc.proxy_kubeconfig(proxy.url))
         b = cc.operator("partition-b", *DEFAULT_LEASE)
         with running(a, b):
-            a.start(timeout=120)  # a leads (b has not started yet)
-            b.start(wait=False)
-            _wait_standby(b)
+            _leader_and_standby(a, b)
             names = _names("n", jobs)
             uids = submit(cc.admin, ns, names, WORKERS)
             wait_children_created(cc, ns, rng.randint(total // 10, total // 4))

@@ -271,7 +271,6 @@ def _existing(path: Path, where: str) -> Path:
 
 
 _PRIVATE: list[Path] = []  # the directory of the files, where there are no memory files
-_HELD: list[int] = []  # the memory files' descriptors, open for the process's life
 
 
 def _private_file(data: bytes) -> Path:
@@ -284,9 +283,8 @@ def _private_file(data: bytes) -> Path:
         except OSError:
             pass
         else:
-            with os.fdopen(fd, "wb", closefd=False) as f:
+            with os.fdopen(fd, "wb", closefd=False) as f:  # open for the process's life
                 f.write(data)
-            _HELD.append(fd)
             return Path(f"/proc/self/fd/{fd}")
     if not _PRIVATE:
         _PRIVATE.append(Path(tempfile.mkdtemp(prefix="kubeconfig-")))

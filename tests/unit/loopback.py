@@ -101,6 +101,16 @@ class Pki:
         path.write_bytes(data)
         return path
 
+    def proxy_args(self) -> dict[str, Path]:
+        """The files a chaos proxy between the client and a server of this CA takes (``TlsProxy``)."""
+        return {
+            "ca": self.ca_file,
+            "server_cert": self.server_cert,
+            "server_key": self.server_key,
+            "client_cert": self._write("client.crt", self.client_cert),
+            "client_key": self._write("client.key", self.client_key),
+        }
+
     def server_context(self, *, require_client_cert: bool = True) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(self.server_cert, self.server_key)

@@ -10,7 +10,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -58,11 +57,6 @@ class Recorder:
 
 
 @pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return Pki(tmp_path)
-
-
-@pytest.fixture
 def upstream(pki: Pki) -> Iterator[Recorder]:
     server = Recorder(pki.server_context())
     yield server
@@ -70,18 +64,8 @@ def upstream(pki: Pki) -> Iterator[Recorder]:
 
 
 @pytest.fixture
-def proxy(pki: Pki, upstream: Recorder, tmp_path: Path) -> Iterator[PartitionProxy]:
-    cert, key = tmp_path / "client.crt", tmp_path / "client.key"
-    cert.write_bytes(pki.client_cert)
-    key.write_bytes(pki.client_key)
-    with PartitionProxy(
-        f"https://127.0.0.1:{upstream.port}",
-        ca=pki.ca_file,
-        server_cert=pki.server_cert,
-        server_key=pki.server_key,
-        client_cert=cert,
-        client_key=key,
-    ) as p:
+def proxy(pki: Pki, upstream: Recorder) -> Iterator[PartitionProxy]:
+    with PartitionProxy(f"https://127.0.0.1:{upstream.port}", **pki.proxy_args()) as p:
         yield p
 
 
@@ -120,14 +104,19 @@ def test_held_bytes_arrive_when_the_partition_heals(pki, proxy, upstream) -> Non
     assert proxy.counts["requests held"] == 1 and proxy.counts["requests delivered late"] == 1
 
 
-def test_a_reset_drops_what_was_held(pki, proxy, upstream) -> None:
+def held(pki: Pki, proxy: PartitionProxy, request: bytes) -> ssl.SSLSocket:
+    """A connection that served one request, then sent ``request`` into a partition."""
     sock = connect(pki, proxy)
     sock.sendall(b"GET /warm")
     assert sock.recv(10) == b"ok"
     proxy.partition()
-    sock.sendall(b"POST /never")
+    sock.sendall(request)
     wait_for(lambda: proxy.counts["requests held"] == 1, "the request held", 5)
-    reset(sock)
+    return sock
+
+
+def test_a_reset_drops_what_was_held(pki, proxy, upstream) -> None:
+    reset(held(pki, proxy, b"POST /never"))
     wait_for(lambda: upstream.ended, "the upstream connection to end", 5)
     proxy.heal()
     time.sleep(0.3)
@@ -137,13 +126,7 @@ def test_a_reset_drops_what_was_held(pki, proxy, upstream) -> None:
 
 
 def test_a_close_keeps_what_was_held(pki, proxy, upstream) -> None:
-    sock = connect(pki, proxy)
-    sock.sendall(b"GET /warm")
-    assert sock.recv(10) == b"ok"
-    proxy.partition()
-    sock.sendall(b"POST /late")
-    wait_for(lambda: proxy.counts["requests held"] == 1, "the request held", 5)
-    sock.close()  # an orderly close: TCP still delivers the data ahead of the FIN
+    held(pki, proxy, b"POST /late").close()  # an orderly close: TCP still delivers the data ahead of the FIN
     time.sleep(0.3)
     proxy.heal()
     wait_for(lambda: len(upstream.received) == 2, "the held request", 5)

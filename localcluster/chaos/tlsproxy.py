@@ -1,19 +1,29 @@
-"""An asyncio server on a thread of its own, for the chaos tier's proxies: the tests drive it from their
-own threads, and ``start``/``stop`` bracket its life (or ``with``)."""
+"""The chaos tier's proxies' common part: an asyncio server on a thread of its own (the tests drive it
+from their own threads; ``start``/``stop`` bracket its life, or ``with``), which terminates the operator's
+TLS with a serving certificate from the cluster's CA and reaches the API server as the operator's
+ServiceAccount (its client certificate), so that the audit log still names the operator."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
+from pathlib import Path
 from typing import Self
 
 
-class LoopThread:
+class TlsProxy:
     """A subclass sets ``self.port`` in ``_start`` and closes what it opened in ``_stop``."""
 
-    thread_name = "loop"
+    thread_name = "proxy"
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, ca: Path, server_cert: Path, server_key: Path, client_cert: Path, client_key: Path
+    ) -> None:
+        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._server_ctx.load_cert_chain(str(server_cert), str(server_key))
+        self._client_ctx = ssl.create_default_context(cafile=str(ca))
+        self._client_ctx.load_cert_chain(str(client_cert), str(client_key))
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self.port = 0
